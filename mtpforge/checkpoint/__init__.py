@@ -1,0 +1,1 @@
+"""Where tensors come from: stores (local folder, Hub repo), safetensors headers, the catalogue."""

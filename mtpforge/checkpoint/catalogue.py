@@ -1,0 +1,85 @@
+"""A catalogue of every tensor a checkpoint holds, with its exact file byte range.
+
+Built from the config, the index (when there is one) and the safetensors headers — nothing else
+is read, so building one for a Hub repo costs a few small range requests. Defects inside a
+readable folder (a corrupt shard, an index naming a missing file) are recorded, not raised:
+``inspect`` reports them as findings.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CorruptFileError, InputError
+from .safetensors_header import Header, TensorInfo, read_header
+from .store import Store, read_json, safe_relpath
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+@dataclass
+class Catalogue:
+    store: Store
+    config: dict[str, Any]
+    index: dict[str, str] | None  # tensor name -> file, from model.safetensors.index.json
+    headers: dict[str, Header] = field(default_factory=dict)  # file -> parsed header
+    corrupt: dict[str, str] = field(default_factory=dict)  # file -> what is wrong
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor in every readable safetensors file (later files never shadow earlier)."""
+        out: dict[str, TensorInfo] = {}
+        for h in self.headers.values():
+            for k, v in h.tensors.items():
+                out.setdefault(k, v)
+        return out
+
+    def glob(self, pattern: str) -> list[str]:
+        return [f for f in self.files if fnmatch.fnmatchcase(f, pattern)]
+
+    def file_tensors(self, file: str) -> dict[str, TensorInfo]:
+        h = self.headers.get(file)
+        return dict(h.tensors) if h else {}
+
+    def read_tensor_bytes(self, info: TensorInfo) -> bytes:
+        return self.store.read_range(info.file, info.begin, info.end)
+
+
+def load_catalogue(store: Store, *, all_safetensors: bool = True) -> Catalogue:
+    """Read config, index and headers. ``all_safetensors`` also reads files outside the index
+    (sidecars, stale shards); for a remote source only indexed files are needed."""
+    if not store.exists("config.json"):
+        raise InputError(
+            f"{store.name} has no config.json",
+            "pass a Hugging Face or MLX model folder (or repo id) that contains config.json",
+        )
+    config = read_json(store, "config.json")
+    files = store.list_files()
+    index: dict[str, str] | None = None
+    if store.exists(INDEX_FILE):
+        idx = read_json(store, INDEX_FILE)
+        wm = idx.get("weight_map")
+        if not isinstance(wm, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in wm.items()
+        ):
+            raise CorruptFileError(
+                f"{INDEX_FILE} in {store.name} has no valid weight_map",
+                f"repair or re-download {INDEX_FILE}",
+            )
+        index = {k: safe_relpath(v) for k, v in wm.items()}
+    cat = Catalogue(store=store, config=config, index=index, files=files)
+    wanted: list[str] = []
+    if all_safetensors:
+        wanted = [f for f in files if f.endswith(".safetensors")]
+    if index is not None:
+        wanted += [f for f in sorted(set(index.values())) if f not in wanted and store.exists(f)]
+    for f in wanted:
+        try:
+            size = store.size(f)
+            cat.headers[f] = read_header(f, size, lambda a, b, f=f: store.read_range(f, a, b))
+        except CorruptFileError as e:
+            cat.corrupt[f] = e.message
+    return cat

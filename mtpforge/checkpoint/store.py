@@ -1,0 +1,119 @@
+"""A store is a read-only view of a checkpoint's files, local or remote.
+
+The catalogue, inspect and the fetcher only ever talk to this protocol, so the same code reads a
+local folder and a Hub repo (where only headers and wanted byte ranges travel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import CorruptFileError, InputError
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Read access to the files of one checkpoint (one revision)."""
+
+    @property
+    def name(self) -> str:
+        """Human name: a path or ``org/repo@sha``."""
+
+    def list_files(self) -> list[str]:
+        """Relative POSIX paths of every file (recursive)."""
+
+    def exists(self, rel: str) -> bool: ...
+
+    def size(self, rel: str) -> int: ...
+
+    def read_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a file; must return exactly end - start bytes or raise."""
+
+    def read_bytes(self, rel: str) -> bytes: ...
+
+
+def safe_relpath(rel: str) -> str:
+    """Refuse names that would escape the checkpoint (``../``, absolute paths) — they come from
+    untrusted index files."""
+    if not rel or rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
+        raise CorruptFileError(
+            f"file name {rel!r} in the checkpoint is absolute or empty",
+            "the index must name files inside the model folder; re-download or fix the index",
+        )
+    parts = rel.replace("\\", "/").split("/")
+    if any(p in ("..", "") for p in parts):
+        raise CorruptFileError(
+            f"file name {rel!r} in the checkpoint points outside the model folder",
+            "the index must name files inside the model folder; re-download or fix the index",
+        )
+    return "/".join(parts)
+
+
+class LocalStore:
+    """A model folder on disk (symlinks into a Hub blob store are followed for reading only)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        if not self.root.exists():
+            raise InputError(f"{self.root} does not exist", "pass the path of a model folder")
+        if not self.root.is_dir():
+            raise InputError(
+                f"{self.root} is a file, not a model folder",
+                "pass the folder that holds config.json and the *.safetensors files",
+            )
+
+    @property
+    def name(self) -> str:
+        return str(self.root)
+
+    def path(self, rel: str) -> Path:
+        return self.root / safe_relpath(rel)
+
+    def list_files(self) -> list[str]:
+        out: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for fn in filenames:
+                out.append(Path(dirpath, fn).relative_to(self.root).as_posix())
+        return sorted(out)
+
+    def exists(self, rel: str) -> bool:
+        return self.path(rel).is_file()
+
+    def size(self, rel: str) -> int:
+        return self.path(rel).stat().st_size
+
+    def read_range(self, rel: str, start: int, end: int) -> bytes:
+        with open(self.path(rel), "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+        if len(data) != end - start:
+            raise CorruptFileError(
+                f"{rel} is truncated: wanted bytes {start}..{end}, file has {self.size(rel)}",
+                "re-download the file",
+            )
+        return data
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.path(rel).read_bytes()
+
+
+def read_json(store: Store, rel: str) -> dict[str, Any]:
+    """A JSON object from the store, or one clear error."""
+    try:
+        raw = store.read_bytes(rel)
+    except FileNotFoundError as e:
+        raise InputError(f"{store.name} has no {rel}", "pass a model folder or repo that has it") from e
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptFileError(
+            f"{rel} in {store.name} is not valid JSON ({e.__class__.__name__}: {e})",
+            f"repair or re-download {rel}",
+        ) from e
+    if not isinstance(obj, dict):
+        raise CorruptFileError(f"{rel} in {store.name} is not a JSON object", f"repair or re-download {rel}")
+    return obj
