@@ -1,0 +1,26 @@
+"""The RMSNorm convention change, zero-centred ``x̂·(1+w)`` -> MLX's ``x̂·w``.
+
+Applied by provenance (a raw Hugging Face source), never by looking at values: raw q_norm/k_norm
+sit near 0.75 and correctly shifted pre_fc norms can sit near 0.3, so any value threshold is
+wrong for some tensor (SPEC §4).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import mlx.core as mx
+
+from ..families.tables import is_norm_key
+
+NORM_OFFSET = 1.0
+
+
+def shift_norm(w: mx.array, offset: float = NORM_OFFSET) -> mx.array:
+    """``w + offset`` computed in float32, then rounded once to the tensor's dtype."""
+    return (w.astype(mx.float32) + offset).astype(w.dtype)
+
+
+def shift_norms(tensors: Mapping[str, mx.array], offset: float = NORM_OFFSET) -> dict[str, mx.array]:
+    """Shift exactly the seven zero-centred norm kinds of a head given by bare keys."""
+    return {k: shift_norm(v, offset) if is_norm_key(k) else v for k, v in tensors.items()}
