@@ -1,0 +1,1 @@
+"""The individual checks behind ``inspect``: each takes what it needs and returns findings."""

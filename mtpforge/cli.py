@@ -1,0 +1,230 @@
+"""The command line: a thin shell over the Python API (CONTRACT.md).
+
+Each command maps its flags one-to-one onto the keyword arguments of one function, renders the
+result, and turns an ``MtpforgeError`` into one line and an exit code. Tracebacks only with
+``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, List, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import InputError, MtpforgeError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Put the multi-token-prediction head back into MLX checkpoints, correctly, and prove it.",
+    pretty_exceptions_enable=False,
+)
+
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object on stdout; human output goes to stderr.")
+DebugOpt = typer.Option(False, "--debug", help="Show tracebacks.")
+
+
+def _console(as_json: bool) -> Console:
+    return Console(stderr=True) if as_json else Console()
+
+
+def run_command(
+    fn: Callable[[], dict[str, Any]],
+    *,
+    as_json: bool,
+    debug: bool,
+    render: Callable[[dict[str, Any], Console], None] | None = None,
+) -> None:
+    """Run one API call and exit with the contract's code."""
+    console = _console(as_json)
+    try:
+        result = fn()
+    except MtpforgeError as e:
+        if debug:
+            raise
+        _print_error(e, as_json)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        _print_error(MtpforgeError("interrupted", "re-run the command; the model folder was left as it was"), as_json)
+        raise typer.Exit(130) from None
+    except Exception as e:  # a bug: still one line, the traceback is one flag away
+        if debug:
+            raise
+        err = MtpforgeError(
+            f"internal error: {e.__class__.__name__}: {e}",
+            "re-run with --debug and report the traceback (include `mtpforge env`)",
+            code="INTERNAL",
+        )
+        _print_error(err, as_json)
+        raise typer.Exit(2) from None
+    code = int(result.pop("exit_code", 0) or 0)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+    elif render is not None:
+        render(result, console)
+    raise typer.Exit(code)
+
+
+def _print_error(e: MtpforgeError, as_json: bool) -> None:
+    line = f"error: {e.message}" + (f" — fix: {e.fix}" if e.fix else "")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(line, markup=False)
+    if as_json:
+        sys.stdout.write(json.dumps({"error": e.as_dict()}) + "\n")
+
+
+@app.command("inspect")
+def inspect_cmd(
+    target: str = typer.Argument(..., help="MLX model folder, or a Hugging Face repo id (headers only)."),
+    source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="mlx-lm | mlx-lm-mtp | vllm-mlx | exo | mtplx | mlx-vlm"),
+    strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Revision of TARGET when it is a repo id."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Report what a checkpoint holds and every MTP problem it has."""
+    from .inspect import inspect_checkpoint
+    from .render import render_inspect
+
+    run_command(
+        lambda: inspect_checkpoint(target, source=source, runtime=runtime, strict=strict, revision=revision),
+        as_json=as_json, debug=debug, render=render_inspect,
+    )
+
+
+@app.command("add-mtp")
+def add_mtp_cmd(
+    source: str = typer.Option(..., "--source", help="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B)."),
+    target: str = typer.Option(..., "--target", help="MLX model folder to add the head to."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="embedded | sidecar | vllm-mlx | mlx-vlm-drafter (default: per family)."),
+    precision: str = typer.Option("match", "--precision", help="match | bf16 | float16 | BITS"),
+    keep_fc_full_precision: bool = typer.Option(False, "--keep-fc-full-precision", help="Keep mtp.fc unquantized."),
+    experts: str = typer.Option("auto", "--experts", help="auto | source | switch_mlp (MoE only)."),
+    fetch: str = typer.Option("auto", "--fetch", help="auto | ranges | shards"),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Source revision (branch, tag or commit)."),
+    output: Optional[str] = typer.Option(None, "--output", help="Write a new folder instead of changing TARGET."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing, download no tensor data."),
+    force: bool = typer.Option(False, "--force", help="Replace an MTP head already present."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Fetch the source's MTP head, transform it for the runtime, and write it atomically."""
+    from .pipeline import add_mtp
+    from .render import render_add
+
+    run_command(
+        lambda: add_mtp(
+            source=source, target=target, layout=layout, precision=precision,
+            keep_fc_full_precision=keep_fc_full_precision, experts=experts, fetch=fetch,
+            revision=revision, output=output, dry_run=dry_run, force=force, progress=True,
+        ),
+        as_json=as_json, debug=debug, render=render_add,
+    )
+
+
+@app.command("remove-mtp")
+def remove_mtp_cmd(
+    target: str = typer.Argument(..., help="MLX model folder that add-mtp changed."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Remove what add-mtp added, restoring the folder's previous state."""
+    from .pipeline import remove_mtp
+    from .render import render_generic
+
+    run_command(lambda: remove_mtp(target), as_json=as_json, debug=debug, render=render_generic)
+
+
+@app.command("verify")
+def verify_cmd(
+    target: str = typer.Argument(..., help="MLX model folder with an MTP head."),
+    generate: bool = typer.Option(False, "--generate", help="Decode and measure acceptance."),
+    prompt: Optional[List[str]] = typer.Option(None, "--prompt", help="Prompt (repeatable)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1),
+    depth: int = typer.Option(1, "--depth", min=1, max=8, help="Draft tokens per step."),
+    hidden: str = typer.Option("auto", "--hidden", help="auto | pre | post"),
+    temp: float = typer.Option(0.0, "--temp", min=0.0),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=1.0),
+    record: bool = typer.Option(False, "--record", help="Write the measured variant and acceptance to the manifest."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Decode with the head on the target's own backbone: identity, acceptance, speed."""
+    from .render import render_verify
+
+    def call() -> dict[str, Any]:
+        if hidden not in ("auto", "pre", "post"):
+            raise InputError(f"--hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+        from .verify import verify
+
+        res = verify(
+            target, generate=generate, prompts=prompt or None, max_tokens=max_tokens, depth=depth,
+            hidden=hidden, temp=temp, seed=seed, min_acceptance=min_acceptance, record=record,
+            progress=not as_json,
+        )
+        res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
+        return res
+
+    run_command(call, as_json=as_json, debug=debug, render=render_verify)
+
+
+@app.command("run")
+def run_cmd(
+    recipe: str = typer.Argument(..., help="Recipe YAML file."),
+    validate: bool = typer.Option(False, "--validate", help="Schema and static checks only (offline)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and plan; download no tensor data."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Run a recipe: add-mtp with its options, then its checks."""
+    from .recipe import run_recipe
+    from .render import render_generic
+
+    run_command(lambda: run_recipe(recipe, validate=validate, dry_run=dry_run, progress=not as_json),
+                as_json=as_json, debug=debug, render=render_generic)
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """Print the recipe JSON Schema."""
+    from .recipe import recipe_schema
+
+    sys.stdout.write(json.dumps(recipe_schema(), indent=2) + "\n")
+
+
+@app.command("demo")
+def demo_cmd(
+    directory: Optional[str] = typer.Argument(None, help="Work folder (default: a new temporary folder)."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """The main job end to end on the bundled tiny trained model, offline."""
+    from .demo import run_demo
+    from .render import render_generic
+
+    run_command(lambda: run_demo(directory, progress=not as_json), as_json=as_json, debug=debug, render=render_generic)
+
+
+@app.command("env")
+def env_cmd(as_json: bool = JsonOpt) -> None:
+    """Versions of mtpforge and its dependencies, for bug reports."""
+    from .envinfo import env_info
+
+    info = env_info()
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for k, v in info.items():
+            typer.echo(f"{k}: {v}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Finding codes of SPEC §6 with their default severity, as one table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+#: code -> default severity (some are raised to error by ``--runtime``)
+CODES: dict[str, str] = {
+    "MTP_CONFIG_WITHOUT_WEIGHTS": ERROR,
+    "MTP_HEAD_MISSING": WARNING,
+    "CORRUPT_FILE": ERROR,
+    "MTP_WEIGHTS_WITHOUT_CONFIG": ERROR,
+    "MTP_MISSING_TENSORS": ERROR,
+    "MTP_UNEXPECTED_TENSORS": ERROR,
+    "MTP_SHAPE_MISMATCH": ERROR,
+    "MTP_NORMS_RAW": ERROR,
+    "MTP_NORMS_MIXED": ERROR,
+    "MTP_NORMS_DOUBLE_SHIFTED": ERROR,
+    "QUANT_CONFIG_MISMATCH": ERROR,
+    "STALE_SHARD": ERROR,
+    "INDEX_INCONSISTENT": ERROR,
+    "SIDECAR_UNREFERENCED": ERROR,
+    "EXPERT_LAYOUT_INCOMPATIBLE": WARNING,
+    "MLX_LM_LOAD_BREAKS": WARNING,
+    "LEGACY_LOADER_DOUBLE_SHIFT": WARNING,
+    "NONFINITE_WEIGHTS": ERROR,
+    "DEGENERATE_TENSOR": ERROR,
+    # informational notes that are not defects
+    "NORM_CONVENTION_UNKNOWN": INFO,
+    "LAYOUT_NOT_READ_BY_RUNTIME": INFO,
+    "MANIFEST_STALE": WARNING,
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str
+    message: str
+    fix: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def finding(code: str, message: str, fix: str, severity: str | None = None) -> Finding:
+    return Finding(code, severity or CODES[code], message, fix)

@@ -1,0 +1,99 @@
+"""Recognise where (and whether) a folder holds an MTP head, in any layout of SPEC §5."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import mlx.core as mx
+
+from ..checkpoint.catalogue import Catalogue
+from ..checkpoint.safetensors_header import TensorInfo
+from ..checkpoint.tensors import to_mx
+from ..families.tables import FAMILIES
+from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE, VLLM_MLX_WEIGHTS, loads_in_mlx_lm_glob
+
+
+@dataclass
+class HeadLocation:
+    """The head as found: its layout and every stored tensor under its bare key."""
+
+    layout: str  # embedded | sidecar | vllm-mlx | mlx-vlm-drafter | hf | none
+    entries: dict[str, TensorInfo] = field(default_factory=dict)
+    #: the stored (full) key of every bare key, for messages
+    stored_keys: dict[str, str] = field(default_factory=dict)
+    also_found: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[str]:
+        return sorted({i.file for i in self.entries.values()})
+
+    @property
+    def nbytes(self) -> int:
+        return sum(i.nbytes for i in self.entries.values())
+
+
+def is_raw_hf(cat: Catalogue) -> bool:
+    """A raw Hugging Face checkpoint, told the way mlx-lm tells it: an unsanitized conv1d
+    [C, 1, K] (Qwen3-Next: per-expert backbone experts)."""
+    for k, info in cat.tensors.items():
+        if k.endswith("conv1d.weight") and len(info.shape) == 3 and info.shape[-1] != 1:
+            return True
+        if k.startswith("model.layers.") and k.endswith(".mlp.experts.0.up_proj.weight"):
+            return True
+    return False
+
+
+def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, TensorInfo]]:
+    found: dict[str, dict[str, TensorInfo]] = {}
+    raw = is_raw_hf(cat)
+    for h in cat.headers.values():
+        for key, info in h.tensors.items():
+            f = info.file
+            if key.startswith("language_model.mtp."):
+                found.setdefault("embedded", {})[key[len("language_model.mtp."):]] = info
+            elif key.startswith("model.language_model.mtp."):
+                found.setdefault("embedded", {})[key[len("model.language_model.mtp."):]] = info
+            elif key.startswith("mtp."):
+                bare = key[len("mtp."):]
+                if f == SIDECAR_FILE:
+                    layout = "sidecar"
+                elif f == VLLM_MLX_WEIGHTS:
+                    layout = "vllm-mlx"
+                elif raw:
+                    layout = "hf"
+                elif family == "qwen3_next" and loads_in_mlx_lm_glob(f):
+                    layout = "vllm-mlx"
+                else:
+                    layout = "embedded"
+                found.setdefault(layout, {})[bare] = info
+    return found
+
+
+def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
+    """Find the head. When several layouts are present (a folder patched twice), the first in
+    exo's probe order wins and the rest are listed in ``also_found``."""
+    if cat.config.get("model_type") == DRAFTER_MODEL_TYPE:
+        entries = {k: v for h in cat.headers.values() for k, v in h.tensors.items()}
+        return HeadLocation("mlx-vlm-drafter", entries, {k: k for k in entries})
+    found = _candidates(cat, family)
+    order = ["sidecar", "embedded", "vllm-mlx", "hf"]
+    present = [l for l in order if found.get(l)]
+    if not present:
+        return HeadLocation("none")
+    first = present[0]
+    prefix = {"embedded": "language_model.mtp.", "hf": "mtp."}.get(first, "mtp.")
+    entries = found[first]
+    stored = {}
+    for bare, info in entries.items():
+        stored[bare] = info.name
+    return HeadLocation(first, entries, stored, also_found=present[1:])
+
+
+def read_entries(cat: Catalogue, entries: Mapping[str, TensorInfo]) -> dict[str, mx.array]:
+    """Read the named tensors' bytes (a few KB for norms) and decode them."""
+    return {k: to_mx(info, cat.read_tensor_bytes(info)) for k, info in entries.items()}
+
+
+def family_names() -> tuple[str, ...]:
+    return tuple(FAMILIES)

@@ -1,0 +1,77 @@
+"""Module precision on disk vs what the config makes a loader build (SPEC §4).
+
+Bits and group size are inferred from shapes — packed uint32 width and scales width against the
+unquantized input dimension the family table gives — so the check does not trust the config it
+is checking.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..checkpoint.safetensors_header import TensorInfo
+
+_ST_TO_NAME = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def quant_defaults(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The default ``{bits, group_size, mode}`` of a quantized MLX model, else None."""
+    q = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(q, dict) or "bits" not in q:
+        return None
+    return {"bits": int(q["bits"]), "group_size": int(q.get("group_size", 64)), "mode": str(q.get("mode", "affine"))}
+
+
+def per_path_entries(config: Mapping[str, Any]) -> dict[str, Any]:
+    q = config.get("quantization") or config.get("quantization_config") or {}
+    return {k: v for k, v in q.items() if isinstance(v, (dict, bool))} if isinstance(q, dict) else {}
+
+
+def stored_precision(
+    entries: Mapping[str, TensorInfo], module: str, in_features: int | None
+) -> dict[str, Any]:
+    """What is on disk for ``module`` (bare, no ``.weight``): a float dtype or a quantized triplet."""
+    w = entries.get(f"{module}.weight") or entries.get(module)
+    s = entries.get(f"{module}.scales")
+    if w is None:
+        return {"missing": True}
+    if s is None:
+        return {"dtype": _ST_TO_NAME.get(w.dtype, w.dtype)}
+    b = entries.get(f"{module}.biases")
+    packed = w.shape[-1]
+    groups = s.shape[-1]
+    out: dict[str, Any] = {"quantized": True}
+    if in_features:
+        bits = packed * 32 / in_features
+        out["bits"] = int(bits) if bits == int(bits) else bits
+        out["group_size"] = in_features // groups if groups and in_features % groups == 0 else None
+    if b is not None:
+        out["mode"] = "affine"
+    elif s.dtype == "U8":
+        gs = out.get("group_size")
+        out["mode"] = "nvfp4" if gs == 16 else ("mxfp8" if out.get("bits") == 8 else "mxfp4")
+    else:
+        out["mode"] = "affine"
+    return out
+
+
+def expected_precision(
+    config: Mapping[str, Any], runtime_path: str, has_scales: bool
+) -> dict[str, Any] | None:
+    """What the loader builds for a module: a per-path entry wins; else quantized iff
+    ``.scales`` exists, with the default bits (SPEC §4). None means unquantized."""
+    entries = per_path_entries(config)
+    default = quant_defaults(config)
+    if runtime_path in entries:
+        e = entries[runtime_path]
+        if e is False:
+            return None
+        if isinstance(e, dict):
+            return {
+                "bits": int(e.get("bits", default["bits"] if default else 4)),
+                "group_size": int(e.get("group_size", default["group_size"] if default else 64)),
+                "mode": e.get("mode", default["mode"] if default else "affine"),
+            }
+    if has_scales:
+        return dict(default) if default else {"bits": None, "group_size": None, "mode": "affine"}
+    return None

@@ -1,0 +1,100 @@
+"""Human output (rich) for each command's result dict. JSON output never passes through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return str(n)
+
+
+def render_findings(findings: list[dict[str, Any]], console: Console) -> None:
+    if not findings:
+        console.print("[green]no problems found[/green]")
+        return
+    t = Table(show_header=True, header_style="bold", expand=False)
+    t.add_column("severity")
+    t.add_column("code")
+    t.add_column("what is wrong / how to fix it", overflow="fold")
+    for f in findings:
+        sev = f["severity"]
+        t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], f"{f['message']}\n[dim]fix:[/dim] {f['fix']}")
+    console.print(t)
+
+
+def render_inspect(r: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    q = r.get("quantization") or {}
+    d = q.get("default")
+    rows = [
+        ("family", r.get("family")),
+        ("layout", r.get("layout")),
+        ("config MTP layers", r.get("config_mtp_layers")),
+        ("MTP tensors", f"{r.get('mtp_tensors')} ({_human_bytes(r.get('mtp_bytes'))})"),
+        ("norm convention", f"{r.get('norm_convention')} (from {r.get('norm_convention_from')})"),
+        ("expert format", r.get("expert_format")),
+        ("quantization", f"{d['bits']}-bit, group {d['group_size']}, {d['mode']}" if d else "none"),
+    ]
+    for k, v in rows:
+        t.add_row(k, str(v))
+    console.print(t)
+    render_findings(r.get("findings", []), console)
+
+
+def render_add(r: dict[str, Any], console: Console) -> None:
+    if r.get("dry_run"):
+        console.print("[bold]plan[/bold] (dry run: nothing written, no tensor data downloaded)")
+    for note in r.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if r.get("status") == "already-present":
+        console.print("[green]already present[/green]: the head from this source and options is in place; nothing to do")
+    t = Table(show_header=False)
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    for k in ("layout", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest", "peak_memory_estimate"):
+        if k in r:
+            v = r[k]
+            t.add_row(k, _human_bytes(v) if k.endswith("bytes") or k == "peak_memory_estimate" else str(v))
+    files = r.get("files_written") or r.get("files_to_write") or []
+    t.add_row("files", "\n".join(files))
+    console.print(t)
+    if "inspect" in r:
+        render_findings(r["inspect"].get("findings", []), console)
+
+
+def render_verify(r: dict[str, Any], console: Console) -> None:
+    t = Table(title="mtpforge verify", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for k in ("identical", "tokens", "drafted", "accepted", "acceptance", "acceptance_by_position", "hidden",
+              "hidden_variants", "accepted_per_verify", "baseline_tok_s", "mtp_tok_s", "speedup"):
+        if k in r:
+            v = r[k]
+            if isinstance(v, float):
+                v = f"{v:.3f}"
+            t.add_row(k, str(v))
+    console.print(t)
+    for p in r.get("problems", []):
+        console.print(f"[bold red]problem:[/bold red] {p}")
+
+
+def render_generic(r: dict[str, Any], console: Console) -> None:
+    for k, v in r.items():
+        if k in ("steps",):
+            continue
+        console.print(f"[bold]{k}[/bold]: {v}")
