@@ -231,6 +231,7 @@ def inspect_checkpoint(
     source_revision: str | None = None,
     mlx_lm_version: str | None = None,
     data_checks: bool = True,
+    use_manifest: bool = True,
 ) -> dict[str, Any]:
     """Inspect TARGET (folder or repo id) and return the CONTRACT.md report.
 
@@ -254,7 +255,7 @@ def inspect_checkpoint(
     fam = FAMILIES[family]
     declared = declared_mtp_layers(cat.config, family)
     loc = locate_head(cat, family)
-    manifest = _read_manifest(store)
+    manifest = _read_manifest(store) if use_manifest else None
     src_hint = (
         source
         or ((manifest or {}).get("source") or {}).get("repo")

@@ -1,0 +1,94 @@
+"""What each layout changes besides the tensor file: config keys, index entries, manifests.
+
+Pure functions from (old config / index, plan facts) to new JSON objects; the pipeline stages
+them. Everything a layout adds to config.json is listed in ``CONFIG_KEYS_ADDED`` so remove-mtp
+can restore the original file byte for byte from the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Mapping
+
+from ..families.tables import FAMILIES
+from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE
+
+
+def dump_json(obj: Any) -> bytes:
+    """JSON as mlx-lm and huggingface_hub write it (indent 4, sorted keys kept as given)."""
+    return (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    tc = config.get("text_config")
+    return tc if isinstance(tc, dict) else config
+
+
+def updated_config(
+    config: Mapping[str, Any], *, family: str, layout: str, n_layers: int, mtp_tensors: int,
+    quant_entries: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The target's config.json after adding a head in ``layout``."""
+    cfg = copy.deepcopy(dict(config))
+    tc = _text(cfg)
+    fam = FAMILIES[family]
+    if family == "qwen3_next" or layout == "vllm-mlx":
+        # runtimes that read a count from a flat config use num_nextn_predict_layers
+        tc["num_nextn_predict_layers"] = n_layers
+    if fam.nested_text_config:
+        tc["mtp_num_hidden_layers"] = n_layers
+    if layout == "sidecar":
+        cfg["mlx_lm_extra_tensors"] = {"mtp_file": SIDECAR_FILE, "mtp_tensor_count": mtp_tensors}
+    for qkey in ("quantization", "quantization_config"):
+        q = cfg.get(qkey)
+        if isinstance(q, dict) and quant_entries:
+            for path, spec in quant_entries.items():
+                q[path] = dict(spec)
+    if quant_entries and not isinstance(cfg.get("quantization"), dict):
+        # an unquantized target with a quantized head: the per-path entries still tell the loader
+        cfg["quantization"] = {k: dict(v) for k, v in quant_entries.items()}
+        cfg["quantization_config"] = {k: dict(v) for k, v in quant_entries.items()}
+    return cfg
+
+
+def updated_index(index: Mapping[str, Any] | None, file: str, keys: list[str], nbytes: int) -> dict[str, Any]:
+    """The index with the head's keys pointing at ``file`` and total_size grown by its bytes."""
+    idx = copy.deepcopy(dict(index)) if index else {"metadata": {}, "weight_map": {}}
+    wm = dict(idx.get("weight_map") or {})
+    for k in keys:
+        wm[k] = file
+    idx["weight_map"] = dict(sorted(wm.items()))
+    meta = dict(idx.get("metadata") or {})
+    if "total_size" in meta:
+        meta["total_size"] = int(meta["total_size"]) + nbytes
+    idx["metadata"] = meta
+    return idx
+
+
+def drafter_config(target_config: Mapping[str, Any], n_layers: int, quant: Mapping[str, Any] | None) -> dict[str, Any]:
+    """config.json of an mlx-vlm drafter folder: its model_type and the target's text_config."""
+    tc = copy.deepcopy(_text(dict(target_config)))
+    tc["mtp_num_hidden_layers"] = n_layers
+    cfg: dict[str, Any] = {"model_type": DRAFTER_MODEL_TYPE, "text_config": tc}
+    if quant:
+        cfg["quantization"] = dict(quant)
+        cfg["quantization_config"] = dict(quant)
+    return cfg
+
+
+def vllm_mlx_manifest(*, family: str, n_layers: int, mtp_tensors: int, expert_format: str, source: str, revision: str | None) -> dict[str, Any]:
+    """mtp/manifest.json for vllm-mlx: with the schema version, it trusts the declared norm format
+    instead of its mean<0.5 heuristic (which double-shifts correct heads)."""
+    return {
+        "artifact_schema_version": 1,
+        "rmsnorm_weight_format": "mlx_gamma",
+        "weights_file": "weights.safetensors",
+        "num_nextn_predict_layers": n_layers,
+        "tensor_count": mtp_tensors,
+        "expert_format": expert_format,
+        "family": family,
+        "source": source,
+        "source_revision": revision,
+        "producer": "mtpforge",
+    }

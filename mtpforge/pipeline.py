@@ -1,0 +1,418 @@
+"""``add-mtp`` and ``remove-mtp``: resolve -> plan -> fetch -> convert -> stage -> validate -> commit.
+
+One code path for the CLI, recipes and the demo. Nothing touches the user's folder until the
+staged copy has been written completely and passed ``inspect``; then one atomic swap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
+from .checkpoint.safetensors_header import TensorInfo
+from .checkpoint.store import LocalStore, Store
+from .convert import Reader, tensor_digests, write_plan
+from .errors import InputError, RefusedError
+from .families.detect import detect_family
+from .families.tables import declared_mtp_layers
+from .layouts.detect import HeadLocation, is_raw_hf, locate_head
+from .layouts.quant import quant_defaults
+from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
+from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
+from .passes.quantize import QSpec
+from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
+from .progress import Progress
+from .writer.atomic import StagedFolder, check_writable_parent, cleanup_leftovers
+from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
+
+MANIFEST_VERSION = 1
+
+
+# ----------------------------------------------------------------------------- resolve
+
+def _open_source(source: str, revision: str | None) -> Store:
+    p = Path(source).expanduser()
+    if p.exists():
+        return LocalStore(p)
+    if source.startswith((".", "/", "~")) or source.count("/") != 1:
+        raise InputError(f"source {source} is neither an existing folder nor a Hugging Face repo id",
+                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
+    from .checkpoint.hub import open_store
+
+    return open_store(source, revision)
+
+
+def _open_target(target: str) -> tuple[Path, Catalogue, str]:
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise InputError(f"target {target} does not exist", "pass the MLX model folder to add the head to")
+    store = LocalStore(path)
+    cat = load_catalogue(store)
+    if cat.corrupt:
+        f, why = next(iter(sorted(cat.corrupt.items())))
+        raise RefusedError(f"target file is damaged: {why}", f"re-download {f}; run `mtpforge inspect {target}`")
+    family = detect_family(cat.config, cat.tensors)
+    if family is None:
+        raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {cat.config.get('model_type')!r})",
+                         "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models")
+    if cat.config.get("model_type") == DRAFTER_MODEL_TYPE:
+        raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
+    if is_raw_hf(cat):
+        raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
+                         f"convert it first (mlx_lm.convert --hf-path {target}), or use it as --source")
+    return path, cat, family
+
+
+def _default_q(config: dict[str, Any]) -> QSpec | None:
+    d = quant_defaults(config)
+    return QSpec(d["bits"], d["group_size"], d["mode"]) if d else None
+
+
+def _source_fingerprint(store: Store, entries: dict[str, TensorInfo], commit: str | None) -> str:
+    """Identifies the source head: the commit for a Hub repo; names, dtypes, shapes and byte
+    spans for a local folder (cheap, and changes when the files do)."""
+    h = hashlib.sha256()
+    h.update((commit or "").encode())
+    for k in sorted(entries):
+        i = entries[k]
+        h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{store.size(i.file)}\n".encode())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- fetch
+
+def _reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) -> tuple[Reader, int, str]:
+    """A reader over the source tensors, fetching remote bytes first (once, cached)."""
+    if isinstance(store, LocalStore):
+        return (lambda info, a, b: store.read_range(info.file, info.begin + a, info.begin + b)), 0, "local"
+    from .checkpoint.fetch import fetch_tensors
+
+    res = fetch_tensors(store, infos, mode=mode, progress=progress)
+
+    def read(info: TensorInfo, a: int, b: int) -> bytes:
+        path, off, n = res.locate(info.name)
+        with open(path, "rb") as f:
+            f.seek(off + a)
+            data = f.read(b - a)
+        if len(data) != b - a:
+            raise RefusedError(f"cached bytes of {info.name} are truncated", "re-run; the cache entry will be fetched again")
+        return data
+
+    return read, res.fetched_bytes, res.mode
+
+
+# ----------------------------------------------------------------------------- manifest
+
+def _entry(path: Path) -> dict[str, Any]:
+    """How a file looked before we changed it: content, symlink target, or absent."""
+    if path.is_symlink():
+        return {"kind": "symlink", "target": os.readlink(path)}
+    if path.is_file():
+        return {"kind": "file", "text": path.read_bytes().decode("utf-8")}
+    return {"kind": "absent"}
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    p = folder / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        m = json.loads(p.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise RefusedError(f"{p} is not valid JSON", f"delete {p} only if you know what changed, then re-run with --force") from None
+    return m if isinstance(m, dict) else None
+
+
+def _file_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _head_intact(folder: Path, manifest: dict[str, Any]) -> bool:
+    for rel, sha in (manifest.get("file_sha256") or {}).items():
+        p = folder / rel
+        if not p.is_file() or _file_sha(p) != sha:
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- undo
+
+def _undo(stage: StagedFolder, manifest: dict[str, Any]) -> None:
+    """Undo what a manifest says add-mtp did, inside a staged folder."""
+    for rel in manifest.get("added", []):
+        stage.remove(rel)
+    for rel, before in (manifest.get("changed") or {}).items():
+        kind = before.get("kind")
+        if kind == "absent":
+            stage.remove(rel)
+        elif kind == "symlink":
+            stage.restore_link(rel, before["target"])
+        else:
+            stage.write_bytes(rel, before["text"].encode("utf-8"))
+
+
+def _strip_foreign_head(stage: StagedFolder, cat: Catalogue, loc: HeadLocation) -> list[str]:
+    """Remove a head that mtpforge did not write (for --force): dedicated files go, shards that
+    mix head and backbone tensors are rewritten without the head."""
+    notes = []
+    head_keys = {loc.stored_keys[k] for k in loc.entries}
+    for f in loc.files:
+        tensors = cat.file_tensors(f)
+        keep = {k: v for k, v in tensors.items() if k not in head_keys}
+        if not keep:
+            stage.remove(f)
+            continue
+        data = {k: cat.read_tensor_bytes(v) for k, v in keep.items()}
+        dst = stage.new_file(f)
+        with SafetensorsWriter(dst, [TensorSpec(k, v.dtype, v.shape) for k, v in keep.items()],
+                               cat.headers[f].metadata or {"format": "mlx"}) as w:
+            for k, b in data.items():
+                w.write(k, b)
+        notes.append(f"rewrote {f} without its {len(tensors) - len(keep)} MTP tensors")
+    if (stage.stage / VLLM_MLX_MANIFEST).exists():
+        stage.remove(VLLM_MLX_MANIFEST)
+    idx_path = stage.path(INDEX_FILE)
+    if idx_path.is_file():
+        idx = json.loads(idx_path.read_text("utf-8"))
+        wm = {k: v for k, v in idx.get("weight_map", {}).items() if k not in head_keys}
+        if wm != idx.get("weight_map"):
+            idx["weight_map"] = wm
+            stage.write_bytes(INDEX_FILE, dump_json(idx))
+    cfg_path = stage.path("config.json")
+    cfg = json.loads(cfg_path.read_text("utf-8"))
+    if cfg.pop("mlx_lm_extra_tensors", None) is not None:
+        stage.write_bytes("config.json", dump_json(cfg))
+    return notes
+
+
+# ----------------------------------------------------------------------------- add
+
+def add_mtp(
+    *, source: str, target: str, layout: str | None = None, precision: str | int = "match",
+    keep_fc_full_precision: bool = False, experts: str = "auto", fetch: str = "auto",
+    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Add the source's MTP head to ``target`` (or to a new folder ``output``)."""
+    if fetch not in ("auto", "ranges", "shards"):
+        raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
+    parse_precision(precision)
+    tpath, tcat, family = _open_target(target)
+    layout = resolve_layout(layout, family)
+    out_path: Path | None = Path(output).expanduser() if output else None
+    if out_path is not None and out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
+        raise InputError(f"--output {output} exists and is not empty", "pass a new or empty folder")
+    if layout == "mlx-vlm-drafter" and out_path is None:
+        out_path = tpath.parent / f"{tpath.name}-mtp-drafter"
+    dest = out_path or tpath
+    prog = Progress(enabled=progress)
+
+    # the source: index and headers only
+    prog.step(f"reading the source {source}")
+    sstore = _open_source(source, revision)
+    scat = load_catalogue(sstore, all_safetensors=isinstance(sstore, LocalStore))
+    sfamily = detect_family(scat.config, scat.tensors)
+    if sfamily is None:
+        raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
+                           "pass the original Hugging Face checkpoint of the target model")
+    if scat.corrupt:
+        f, why = next(iter(sorted(scat.corrupt.items())))
+        raise RefusedError(f"source file is damaged: {why}", f"re-download {f}")
+    if not is_raw_hf(scat):
+        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
+                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
+    check_compatible(scat.config, tcat.config, sfamily, family)
+    sloc = locate_head(scat, sfamily)
+    if sloc.layout != "hf" or not sloc.entries:
+        raise RefusedError(f"source {source} has no MTP tensors (mtp.*)",
+                           "pass the original Hugging Face checkpoint, which ships the head")
+    n_layers = declared_mtp_layers(scat.config, sfamily) or (
+        1 + max(int(k.split(".")[1]) for k in sloc.entries if k.startswith("layers.")))
+    commit = getattr(sstore, "commit", None)
+    default_q = _default_q(tcat.config)
+    plan = build_plan(family=family, src_config=scat.config, tgt_config=tcat.config, entries=sloc.entries,
+                      n_layers=n_layers, layout=layout, precision=precision, keep_fc=keep_fc_full_precision,
+                      experts=experts, default_q=default_q)
+    to_fetch = fetch_list(plan, sloc.entries)
+    fingerprint = _source_fingerprint(sstore, sloc.entries, commit)
+    options = {
+        "layout": layout, "precision": str(parse_precision(precision)), "keep_fc_full_precision": keep_fc_full_precision,
+        "experts": plan.expert_format,
+    }
+    files = _files_for(plan, dest)
+    report: dict[str, Any] = {
+        "target": str(tpath), "output": str(out_path) if out_path else None, "layout": layout, "family": family,
+        "expert_format": plan.expert_format, "mtp_tensors": plan.mtp_tensors, "mtp_bytes": plan.mtp_bytes,
+        "revision": commit, "notes": list(plan.notes), "fetched_bytes": 0,
+        "manifest": str(dest / MANIFEST),
+    }
+    if layout in ("vllm-mlx",) and family == "qwen3_next":
+        report["notes"].append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
+    if dry_run:
+        report.update(dry_run=True, status="planned", files_to_write=files, fetch_bytes=source_bytes(to_fetch),
+                      fetch_tensors=len(to_fetch), fetch_files=sorted({i.file for i in to_fetch}),
+                      peak_memory_estimate=plan.peak_memory_estimate(), files_written=[])
+        return report
+
+    # an existing head: identical -> nothing to do; other -> refuse unless --force
+    existing_root = dest if dest.exists() else None
+    manifest = read_manifest(existing_root) if existing_root else None
+    dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
+    dloc = locate_head(dcat, family) if dcat is not None and dcat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
+    has_head = bool(manifest) or (dloc is not None and dloc.layout != "none")
+    if has_head and manifest and manifest.get("source", {}).get("fingerprint") == fingerprint \
+            and manifest.get("options") == options and _head_intact(existing_root, manifest) and not force:
+        report.update(status="already-present", files_written=[])
+        return report
+    if has_head and not force:
+        what = f"a head written by mtpforge from {manifest.get('source', {}).get('repo')} with other options" if manifest \
+            else f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
+        raise RefusedError(f"{dest} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
+    check_writable_parent(dest)
+    free = shutil.disk_usage(dest.parent if not dest.exists() else dest).free
+    need = plan.mtp_bytes + (1 << 20)
+    if free < need:
+        raise RefusedError(f"not enough disk space: {need:,} bytes needed beside {dest}, {free:,} free",
+                           "free some space or use --output on another disk")
+
+    prog.step(f"fetching {len(to_fetch)} MTP tensors ({source_bytes(to_fetch):,} bytes)")
+    read, fetched, fetch_mode = _reader(sstore, to_fetch, fetch, progress)
+    report["fetched_bytes"] = fetched
+    report["fetch_mode"] = fetch_mode
+
+    drafter = layout == "mlx-vlm-drafter"
+    in_place = out_path is None
+    if drafter:
+        stage = StagedFolder(dest, empty=True) if dest.exists() else StagedFolder(tpath, output=dest, empty=True)
+    else:
+        stage = StagedFolder(tpath, output=out_path)
+    with stage:
+        notes: list[str] = []
+        if has_head and manifest:
+            _undo(stage, manifest)
+        elif has_head and dloc is not None and dcat is not None:
+            notes += _strip_foreign_head(stage, dcat, dloc)
+        base_cfg = json.loads(stage.path("config.json").read_text("utf-8")) if not drafter else dict(tcat.config)
+        before = {rel: _entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)} if not drafter else {}
+
+        prog.step(f"converting to the {layout} layout")
+        head_file = stage.new_file(plan.file)
+        with prog.bytes_bar("converting", source_bytes(to_fetch)) as advance:
+            write_plan(plan, head_file, sloc.entries, read, on_progress=advance)
+        written = load_catalogue(LocalStore(stage.stage))
+        head_infos = written.file_tensors(plan.file)
+        digests = tensor_digests(head_file, head_infos)
+        quant_entries = plan.quant_entries()
+        added = [plan.file]
+        if drafter:
+            dq = dict(quant_defaults(tcat.config) or {}) or None
+            if dq is not None or quant_entries:
+                dq = {**({k: dq[k] for k in ("group_size", "bits", "mode")} if dq else {}), **quant_entries}
+            stage.write_bytes("config.json", dump_json(drafter_config(tcat.config, n_layers, dq)))
+            added.append("config.json")
+        else:
+            cfg = updated_config(base_cfg, family=family, layout=layout, n_layers=n_layers,
+                                 mtp_tensors=plan.mtp_tensors, quant_entries=quant_entries)
+            stage.write_bytes("config.json", dump_json(cfg))
+            if layout in ("embedded",) or (layout == "vllm-mlx" and family == "qwen3_next"):
+                idx_path = stage.path(INDEX_FILE)
+                idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
+                if idx is None:
+                    # no index: mlx-lm globs anyway; create one so exo's index probe finds the head
+                    idx = {"metadata": {}, "weight_map": {k: f for f in written.headers if loads_in_mlx_lm_glob(f)
+                                                         and f != plan.file for k in written.headers[f].tensors}}
+                stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
+            if layout == "vllm-mlx" and family != "qwen3_next":
+                src_name = source if not isinstance(sstore, LocalStore) else Path(source).name
+                stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
+                    family=family, n_layers=n_layers, mtp_tensors=plan.mtp_tensors, expert_format=plan.expert_format,
+                    source=src_name, revision=commit)))
+                added.append(VLLM_MLX_MANIFEST)
+        manifest_obj = {
+            "mtpforge_manifest": MANIFEST_VERSION,
+            "mtpforge_version": __version__,
+            "family": family,
+            "layout": layout,
+            "source": {"repo": source if not isinstance(sstore, LocalStore) else str(Path(source).name),
+                       "revision": commit, "local": isinstance(sstore, LocalStore), "fingerprint": fingerprint},
+            "options": options,
+            "norm_convention": "shifted",
+            "norm_shift": "+1 on the 7 zero-centred MTP norm kinds (source is raw Hugging Face)",
+            "expert_format": plan.expert_format,
+            "precision": {
+                "float_dtype": plan.float_dtype,
+                "default": plan.default_q.as_config() if plan.default_q else None,
+                "modules": {m.bare: (m.q.as_config() if m.q else m.float_dtype) for m in plan.modules},
+            },
+            "mtp_layers": n_layers,
+            "tensors": {k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
+            "file_sha256": {plan.file: _file_sha(head_file)},
+            "added": added + [MANIFEST],
+            "changed": before,
+        }
+        stage.write_bytes(MANIFEST, dump_json(manifest_obj))
+
+        prog.step("validating the staged folder")
+        from .inspect import inspect_checkpoint
+
+        check = inspect_checkpoint(str(stage.stage), use_manifest=False)
+        errors = [f for f in check["findings"] if f["severity"] == "error"]
+        if errors:
+            e = errors[0]
+            raise RefusedError(f"the converted head failed validation, nothing was changed: {e['code']}: {e['message']}",
+                               "report this with `mtpforge env` output; the target is untouched")
+        prog.step("committing")
+        stage.commit()
+    report.update(
+        status="written",
+        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if "embedded" == layout or (layout == "vllm-mlx" and family == "qwen3_next") else set()))],
+        notes=report["notes"] + notes,
+        inspect={"findings": check["findings"], "norm_convention": "shifted"},
+    )
+    prog.done(f"added the MTP head to {dest} ({layout} layout)")
+    return report
+
+
+def _files_for(plan: Plan, dest: Path) -> list[str]:
+    files = [plan.file, MANIFEST]
+    if plan.layout == "mlx-vlm-drafter":
+        files.append("config.json")
+    else:
+        files.append("config.json")
+        if plan.layout == "embedded" or (plan.layout == "vllm-mlx" and plan.family == "qwen3_next"):
+            files.append(INDEX_FILE)
+        if plan.layout == "vllm-mlx" and plan.family != "qwen3_next":
+            files.append(VLLM_MLX_MANIFEST)
+    return [str(dest / f) for f in files]
+
+
+# ----------------------------------------------------------------------------- remove
+
+def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
+    """Restore the folder to its state before add-mtp, byte for byte."""
+    path = Path(target).expanduser()
+    if not path.is_dir():
+        raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
+    cleanup_leftovers(path)
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",
+                           "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+    with StagedFolder(path) as stage:
+        _undo(stage, manifest)
+        stage.commit()
+    return {"target": str(path), "status": "removed", "removed": manifest.get("added", []),
+            "restored": sorted((manifest.get("changed") or {}).keys())}
+
+
+__all__ = ["add_mtp", "remove_mtp", "read_manifest"]

@@ -1,0 +1,325 @@
+"""Plan the head's conversion before anything is fetched or written.
+
+A plan lists every output tensor with its final dtype, shape and the contiguous byte slices of
+source tensors it is made of (one per expert for stacks). Everything that can be refused is
+refused here, before a byte is downloaded; the dry run prints exactly this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
+from .errors import InputError, RefusedError
+from .families.tables import FAMILIES, dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .layouts.table import LAYOUT_NAMES, placement, runtime_module_path
+from .passes.experts import parse_expert_key, switch_key
+from .passes.quantize import QSpec, check_qspec, quantizable, quantized_shapes
+from .writer.safetensors_stream import TensorSpec
+
+#: source dtypes that pass through a cast unchanged in meaning
+FLOAT_SOURCE_DTYPES = ("BF16", "F16", "F32")
+ROUTER_Q = QSpec(8, 64, "affine")
+
+
+@dataclass(frozen=True)
+class SliceRef:
+    """A contiguous byte range [start, end) inside one source tensor, with its 2-D shape."""
+
+    src: str  # bare source key
+    start: int
+    end: int
+    shape: tuple[int, ...]
+
+
+@dataclass
+class OutModule:
+    """One output module: written as ``<key>`` (float) or a quantized triplet."""
+
+    bare: str  # module path without ".weight" (fused tensors: the tensor name itself)
+    has_weight_suffix: bool
+    shape: tuple[int, ...]
+    q: QSpec | None
+    float_dtype: str
+    norm: bool
+    slices: list[SliceRef]  # one for a plain tensor, E for a stack
+
+    @property
+    def stacked(self) -> bool:
+        return len(self.slices) > 1 or (len(self.shape) == 3 and self.shape[0] == 1 and ".experts" in self.bare)
+
+    def specs(self, prefix: str) -> list[TensorSpec]:
+        if self.q is None:
+            st = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[self.float_dtype]
+            name = prefix + self.bare + (".weight" if self.has_weight_suffix else "")
+            return [TensorSpec(name, st, self.shape)]
+        return [
+            TensorSpec(prefix + self.bare + sfx, dt, shp)
+            for sfx, (shp, dt) in quantized_shapes(self.shape, self.q, self.float_dtype).items()
+        ]
+
+
+@dataclass
+class Plan:
+    family: str
+    layout: str
+    expert_format: str  # output format: none | per-expert | fused | switch_mlp
+    source_expert_format: str
+    n_layers: int
+    float_dtype: str
+    default_q: QSpec | None
+    modules: list[OutModule]
+    prefix: str
+    file: str
+    notes: list[str] = field(default_factory=list)
+
+    def specs(self) -> list[TensorSpec]:
+        return [s for m in self.modules for s in m.specs(self.prefix)]
+
+    @property
+    def mtp_tensors(self) -> int:
+        return len(self.specs())
+
+    @property
+    def mtp_bytes(self) -> int:
+        return sum(s.nbytes for s in self.specs())
+
+    def quant_entries(self) -> dict[str, dict[str, Any]]:
+        """Per-path config entries for every module whose precision differs from the default."""
+        out: dict[str, dict[str, Any]] = {}
+        for m in self.modules:
+            if m.q is not None and m.q != self.default_q:
+                out[runtime_module_path(m.bare, self.layout, self.family)] = m.q.as_config()
+        return out
+
+    def peak_memory_estimate(self) -> int:
+        """Largest slice in float32, times the few copies one conversion step holds."""
+        biggest = 0
+        for m in self.modules:
+            for s in m.slices:
+                n = 1
+                for d in s.shape:
+                    n *= d
+                biggest = max(biggest, n * 4)
+        return 4 * biggest
+
+
+def resolve_layout(layout: str | None, family: str) -> str:
+    fam = FAMILIES[family]
+    if layout is None:
+        return fam.default_layout
+    if layout not in LAYOUT_NAMES:
+        raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
+    if layout not in fam.layouts:
+        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if family == "qwen3_next" else "embedded"
+        raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
+    return layout
+
+
+def resolve_experts(experts: str, layout: str, family: str, source_fmt: str) -> str:
+    """Output expert format: ``auto`` picks what the layout's runtime loads (SPEC §5)."""
+    if experts not in ("auto", "source", "switch_mlp"):
+        raise InputError(f"--experts must be auto, source or switch_mlp, not {experts!r}", "use --experts auto")
+    if source_fmt == "none":
+        return "none"
+    if experts == "source":
+        return source_fmt
+    if experts == "switch_mlp":
+        return "switch_mlp"
+    if layout == "embedded" or (layout == "vllm-mlx" and family != "qwen3_next"):
+        return source_fmt
+    return "switch_mlp"
+
+
+def parse_precision(precision: str | int) -> str | int:
+    p = str(precision).strip().lower()
+    if p in ("match", "bf16", "bfloat16", "float16", "fp16"):
+        return {"bfloat16": "bf16", "fp16": "float16"}.get(p, p)
+    if p.isdigit():
+        return int(p)
+    raise InputError(f"--precision must be match, bf16, float16 or a number of bits, not {precision!r}", "e.g. --precision 4")
+
+
+def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
+    tc = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else target_config
+    dt = str(tc.get("torch_dtype") or tc.get("dtype") or target_config.get("torch_dtype") or "bfloat16")
+    return "float16" if "float16" == dt else "bfloat16"
+
+
+def module_qspec(
+    bare: str, shape: tuple[int, ...], *, base: QSpec | None, layout: str, family: str, out_fmt: str,
+    keep_fc: bool, default_q: QSpec | None, notes: list[str],
+) -> QSpec | None:
+    """Decide one module's precision. Layout rules win where a runtime could not load the result."""
+    if len(shape) < 2 or is_norm_key(bare + ".weight"):
+        return None
+    is_router = bare.endswith("mlp.gate") or bare.endswith("shared_expert_gate")
+    is_expert = ".experts" in bare or ".switch_mlp." in bare
+    if layout == "vllm-mlx" and family == "qwen3_next":
+        # its runtime quantizes every linear but fc itself; a float head breaks its first forward
+        if bare == "fc" or default_q is None:
+            return None
+        q = ROUTER_Q if is_router else default_q
+        return q if quantizable(shape, q) else None
+    if base is None:
+        return None
+    if bare == "fc" and keep_fc:
+        return None
+    if is_expert and out_fmt in ("per-expert", "fused"):
+        return None  # mlx-lm #990 loads only unquantized experts in the source layout
+    q = base
+    if is_router:
+        if layout == "vllm-mlx":
+            return None  # its Qwen3.5 path dequantizes every triplet with the default bits
+        q = ROUTER_Q
+    if layout == "vllm-mlx" and default_q is not None and q != default_q:
+        q = default_q
+    if not quantizable(shape, q):
+        notes.append(f"{bare} kept unquantized: last dimension {shape[-1]} is not divisible by group size {q.group_size}")
+        return None
+    return q
+
+
+def source_expert_slices(
+    bare_out: str, proj: str, mlp: str, src_fmt: str, entries: Mapping[str, TensorInfo], E: int
+) -> list[SliceRef]:
+    """Byte slices of the source that make up one switch_mlp stack, expert by expert."""
+    out = []
+    for e in range(E):
+        if src_fmt == "per-expert":
+            key = f"{mlp}.experts.{e}.{proj}.weight"
+            info = entries[key]
+            out.append(SliceRef(key, 0, info.nbytes, info.shape))
+        else:
+            fused = f"{mlp}.experts.{'down_proj' if proj == 'down_proj' else 'gate_up_proj'}"
+            info = entries[fused]
+            per = info.nbytes // E
+            rows, cols = info.shape[1], info.shape[2]
+            if proj == "down_proj":
+                out.append(SliceRef(fused, e * per, (e + 1) * per, (rows, cols)))
+            else:
+                half = per // 2
+                off = e * per + (half if proj == "up_proj" else 0)
+                out.append(SliceRef(fused, off, off + half, (rows // 2, cols)))
+    return out
+
+
+def validate_source_head(
+    src_config: Mapping[str, Any], entries: Mapping[str, TensorInfo], n_layers: int
+) -> str:
+    """The source head must be exactly what its config implies; returns its expert format."""
+    fmt = expert_format_of(list(entries)) if is_moe(src_config) else "none"
+    if fmt == "switch_mlp":
+        raise RefusedError("the source's MTP experts are already stacked (switch_mlp): it is not an original Hugging Face checkpoint",
+                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
+    weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
+    expected = expected_head(src_config, n_layers, fmt if fmt != "none" else None)
+    missing = sorted(set(expected) - set(weights))
+    extra = sorted(set(weights) - set(expected))
+    if missing or extra:
+        what = f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}"
+        raise RefusedError(f"the source's MTP head does not match its config ({what})",
+                           "check that --source is the original Hugging Face checkpoint of this model")
+    for k, shp in expected.items():
+        if tuple(weights[k].shape) != shp:
+            raise RefusedError(f"source tensor mtp.{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
+                               "check that --source is the original Hugging Face checkpoint of this model")
+        if weights[k].dtype not in FLOAT_SOURCE_DTYPES and weights[k].dtype != "F8_E4M3":
+            raise RefusedError(
+                f"source tensor mtp.{k} is {weights[k].dtype}; mtpforge converts bf16/fp16/fp32 and block-FP8 sources",
+                "use the bf16 release of the model as --source (NVFP4/AWQ/GPTQ sources are not supported)",
+            )
+        if weights[k].dtype == "F8_E4M3" and f"{k}_scale_inv" not in entries:
+            raise RefusedError(f"source tensor mtp.{k} is FP8 without a block scale (weight_scale_inv)",
+                               "use the bf16 release of the model as --source")
+    return fmt
+
+
+def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any], src_family: str, tgt_family: str) -> None:
+    """Refuse a source from another family or size before anything is downloaded."""
+    if src_family != tgt_family:
+        raise RefusedError(f"source is {src_family} but target is {tgt_family}",
+                           "pass the original checkpoint of the same model as --source")
+    a, b = dims(src_config), dims(tgt_config)
+    names = {"H": "hidden_size", "QD": "attention heads x head_dim", "KD": "kv heads x head_dim", "I": "intermediate_size",
+             "E": "num_experts", "IM": "moe_intermediate_size", "IS": "shared_expert_intermediate_size", "V": "vocab_size"}
+    for k, label in names.items():
+        if a.get(k) != b.get(k):
+            raise RefusedError(f"source and target differ in {label} ({a.get(k)} vs {b.get(k)}): the head would not fit",
+                               "pass the original checkpoint of the same model size as --source")
+
+
+def build_plan(
+    *, family: str, src_config: Mapping[str, Any], tgt_config: Mapping[str, Any], entries: Mapping[str, TensorInfo],
+    n_layers: int, layout: str, precision: str | int, keep_fc: bool, experts: str, default_q: QSpec | None,
+) -> Plan:
+    src_fmt = validate_source_head(src_config, entries, n_layers)
+    out_fmt = resolve_experts(experts, layout, family, src_fmt)
+    notes: list[str] = []
+    prec = parse_precision(precision)
+    if prec == "match":
+        base, float_dtype = default_q, _target_float_dtype(tgt_config)
+    elif prec in ("bf16", "float16"):
+        base, float_dtype = None, ("bfloat16" if prec == "bf16" else "float16")
+    else:
+        assert isinstance(prec, int)
+        base = QSpec(prec, default_q.group_size if default_q else 64, default_q.mode if default_q else "affine")
+        float_dtype = _target_float_dtype(tgt_config)
+    if base is not None:
+        try:
+            check_qspec(base)
+        except ValueError as e:
+            raise InputError(f"--precision {precision}: {e}", "pick bits 2, 3, 4, 5, 6 or 8") from None
+    if layout == "embedded" and out_fmt in ("per-expert", "fused") and base is not None:
+        notes.append("MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form (--experts switch_mlp for runtimes that accept it)")
+    if layout == "vllm-mlx" and family == "qwen3_next" and prec in ("bf16", "float16") and default_q is not None:
+        notes.append("vllm-mlx quantizes every Qwen3-Next head linear except fc at the model's bits: written so, whatever --precision says")
+
+    modules: list[OutModule] = []
+    E = dims(src_config)["E"]
+    done_stacks: set[str] = set()
+    for bare in sorted(entries):
+        if bare.endswith("_scale_inv"):
+            continue
+        info = entries[bare]
+        parsed = parse_expert_key(bare)
+        if parsed is not None and out_fmt == "switch_mlp":
+            _, mlp, _, _ = parsed
+            if mlp in done_stacks:
+                continue
+            done_stacks.add(mlp)
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                sl = source_expert_slices("", proj, mlp, src_fmt, entries, E)
+                shape = (E,) + sl[0].shape
+                mod = switch_key(mlp, proj)[: -len(".weight")]
+                q = module_qspec(mod, shape, base=base, layout=layout, family=family, out_fmt=out_fmt,
+                                 keep_fc=keep_fc, default_q=default_q, notes=notes)
+                modules.append(OutModule(mod, True, shape, q, float_dtype, False, sl))
+            continue
+        has_w = bare.endswith(".weight")
+        mod = bare[: -len(".weight")] if has_w else bare
+        if parsed is not None and parsed[0] == "fused":
+            per = info.nbytes // info.shape[0]
+            sl = [SliceRef(bare, e * per, (e + 1) * per, info.shape[1:]) for e in range(info.shape[0])]
+        else:
+            sl = [SliceRef(bare, 0, info.nbytes, info.shape)]
+        q = module_qspec(mod, info.shape, base=base, layout=layout, family=family, out_fmt=out_fmt,
+                         keep_fc=keep_fc, default_q=default_q, notes=notes)
+        modules.append(OutModule(mod, has_w, info.shape, q, float_dtype, is_norm_key(bare), sl))
+    pl = placement(layout, family)
+    return Plan(family, layout, out_fmt, src_fmt, n_layers, float_dtype, default_q, modules, pl.prefix, pl.file, notes)
+
+
+def fetch_list(plan: Plan, entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
+    """Every source tensor the plan reads (FP8 scales included)."""
+    keys = {s.src for m in plan.modules for s in m.slices}
+    keys |= {f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in entries}
+    return [entries[k] for k in sorted(keys)]
+
+
+def source_bytes(infos: list[TensorInfo]) -> int:
+    return sum(i.nbytes for i in infos)
+
+
+__all__ = ["Plan", "OutModule", "SliceRef", "build_plan", "fetch_list", "resolve_layout", "check_compatible", "DTYPE_SIZES"]

@@ -1,0 +1,1 @@
+"""Writing: streamed safetensors files and atomic folder updates."""
