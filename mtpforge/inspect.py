@@ -145,6 +145,21 @@ def _norm_convention(
     if not norm_entries:
         return "none", "none", {}, found
     values = read_entries(cat, norm_entries)
+    if source:
+        src_store = open_target_store(source, source_revision)
+        src_cat = load_catalogue(src_store, all_safetensors=False)
+        src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
+        wanted = {k: src_loc.entries[k] for k in norm_entries if k in src_loc.entries}
+        src_vals = read_entries(src_cat, wanted)
+        src_raw = is_raw_hf(src_cat)
+        verdicts: dict[str, str] = {}
+        for k, v in values.items():
+            if k not in src_vals:
+                verdicts[k] = "unknown"
+                continue
+            ref = src_vals[k] if src_raw else (src_vals[k].astype(mx.float32) - 1.0)
+            verdicts[k] = normchk.classify_exact(v, ref)
+        return normchk.aggregate(verdicts), "source", verdicts, found
     if manifest and isinstance(manifest.get("tensors"), dict) and manifest.get("norm_convention"):
         recorded = manifest["tensors"]
         ok = True
@@ -161,21 +176,6 @@ def _norm_convention(
             "MANIFEST_STALE", f"{MANIFEST} does not match the head's norm tensors (changed after mtpforge wrote it)",
             "re-run `mtpforge add-mtp --force`, or pass --source to compare with the original",
         ))
-    if source:
-        src_store = open_target_store(source, source_revision)
-        src_cat = load_catalogue(src_store, all_safetensors=False)
-        src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
-        wanted = {k: src_loc.entries[k] for k in norm_entries if k in src_loc.entries}
-        src_vals = read_entries(src_cat, wanted)
-        src_raw = is_raw_hf(src_cat)
-        verdicts: dict[str, str] = {}
-        for k, v in values.items():
-            if k not in src_vals:
-                verdicts[k] = "unknown"
-                continue
-            ref = src_vals[k] if src_raw else (src_vals[k].astype(mx.float32) - 1.0)
-            verdicts[k] = normchk.classify_exact(v, ref)
-        return normchk.aggregate(verdicts), "source", verdicts, found
     # conservative: compare with the backbone's norms of the same kind
     backbone_shifted = not is_raw_hf(cat)
     by_kind: dict[str, list[Any]] = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import __version__
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
-from .checkpoint.safetensors_header import TensorInfo
+from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store
 from .convert import Reader, tensor_digests, write_plan
 from .errors import InputError, RefusedError
@@ -309,8 +309,7 @@ def add_mtp(
         head_file = stage.new_file(plan.file)
         with prog.bytes_bar("converting", source_bytes(to_fetch)) as advance:
             write_plan(plan, head_file, sloc.entries, read, on_progress=advance)
-        written = load_catalogue(LocalStore(stage.stage))
-        head_infos = written.file_tensors(plan.file)
+        head_infos = read_local_header(head_file, plan.file).tensors
         digests = tensor_digests(head_file, head_infos)
         quant_entries = plan.quant_entries()
         added = [plan.file]
@@ -329,8 +328,9 @@ def add_mtp(
                 idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
                 if idx is None:
                     # no index: mlx-lm globs anyway; create one so exo's index probe finds the head
-                    idx = {"metadata": {}, "weight_map": {k: f for f in written.headers if loads_in_mlx_lm_glob(f)
-                                                         and f != plan.file for k in written.headers[f].tensors}}
+                    shards = load_catalogue(LocalStore(stage.stage)).headers
+                    idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
+                                                         and f != plan.file for k in h.tensors}}
                 stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
             if layout == "vllm-mlx" and family != "qwen3_next":
                 src_name = source if not isinstance(sstore, LocalStore) else Path(source).name

@@ -9,6 +9,7 @@ hostile file must be validated before anything trusts it.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from math import prod
@@ -154,3 +155,15 @@ def read_header(file: str, file_size: int, read: Callable[[int, int], bytes]) ->
     small range requests, never tensor data."""
     n = header_length(file, read(0, 8), file_size)
     return parse_header_strict(file, read(8, 8 + n), file_size)
+
+
+def read_local_header(path: "os.PathLike[str] | str", name: str) -> Header:
+    """The validated header of a local file, named ``name`` in messages and TensorInfos."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+
+        def read(a: int, b: int) -> bytes:
+            f.seek(a)
+            return f.read(b - a)
+
+        return read_header(name, size, read)
