@@ -1,0 +1,80 @@
+"""Read a head from any layout into one canonical form for the decoder.
+
+Canonical = bare keys (``fc.weight``, ``layers.0.…``), MLX norm convention, experts stacked as
+``switch_mlp``, quantized modules as triplets with their bits/group inferred from shapes. The
+decoder then needs one loader, whatever runtime the folder was written for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from ..checkpoint.catalogue import load_catalogue
+from ..checkpoint.store import LocalStore
+from ..errors import RefusedError
+from ..families.detect import detect_family
+from ..families.tables import declared_mtp_layers, expected_head, expert_format_of, is_moe, text_config
+from ..passes.experts import to_switch_mlp
+from ..passes.norms import shift_norms
+from .detect import locate_head, read_entries
+
+
+@dataclass
+class HeadWeights:
+    tensors: dict[str, mx.array]
+    quant: dict[str, dict[str, Any]]  # bare module -> {bits, group_size, mode}
+    text_config: dict[str, Any]
+    family: str
+    layout: str
+    folder: Path
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        return 1 + max((int(k.split(".")[1]) for k in self.tensors if k.startswith("layers.")), default=0)
+
+
+def drafter_folder(target: Path) -> Path:
+    return target.parent / f"{target.name}-mtp-drafter"
+
+
+def load_head_weights(target: str | Path) -> HeadWeights:
+    """The head of ``target`` (or of its ``<target>-mtp-drafter`` sibling), canonical."""
+    folder = Path(target)
+    cat = load_catalogue(LocalStore(folder))
+    family = detect_family(cat.config, cat.tensors)
+    if family is None:
+        raise RefusedError(f"{folder} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model", "pass an MLX model folder")
+    loc = locate_head(cat, family)
+    if loc.layout == "none" and drafter_folder(folder).is_dir():
+        return load_head_weights(drafter_folder(folder))
+    if loc.layout == "none":
+        declared = declared_mtp_layers(cat.config, family)
+        what = (f"MTP_CONFIG_WITHOUT_WEIGHTS: config declares {declared} MTP layer(s) but no MTP weights are stored"
+                if declared else "MTP_HEAD_MISSING: the folder has no MTP head")
+        raise RefusedError(what, f"mtpforge add-mtp --source <original Hugging Face repo> --target {folder}",
+                           code="MTP_CONFIG_WITHOUT_WEIGHTS" if declared else "MTP_HEAD_MISSING")
+    tensors = read_entries(cat, loc.entries)
+    notes = []
+    if loc.layout == "hf":
+        tensors = shift_norms(tensors)  # mlx-lm shifts a raw checkpoint's norms on load; so do we
+        notes.append("raw Hugging Face head: norms shifted on load")
+    fmt = expert_format_of(list(tensors)) if is_moe(cat.config) else "none"
+    n_layers = declared_mtp_layers(cat.config, family) or 1
+    expected = expected_head(cat.config, n_layers, "switch_mlp" if fmt != "none" else None)
+    if fmt in ("per-expert", "fused"):
+        tensors = to_switch_mlp(tensors)
+    quant: dict[str, dict[str, Any]] = {}
+    for k in list(tensors):
+        if k.endswith(".scales"):
+            mod = k[: -len(".scales")]
+            n = expected[mod + ".weight"][-1]
+            w, sc = tensors[mod + ".weight"], tensors[k]
+            group = n // sc.shape[-1]
+            mode = "affine" if mod + ".biases" in tensors else {16: "nvfp4"}.get(group, "mxfp8" if w.shape[-1] * 32 // n == 8 else "mxfp4")
+            quant[mod] = {"bits": w.shape[-1] * 32 // n, "group_size": group, "mode": mode}
+    return HeadWeights(tensors, quant, text_config(cat.config), family, loc.layout, folder, notes)
