@@ -1,0 +1,113 @@
+"""The passes are pure functions over named tensors: each rule of SPEC §2/§4 as a unit test."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from mtpforge.families.tables import expected_head, is_norm_key
+from mtpforge.passes.experts import from_switch_mlp, split_gate_up, to_switch_mlp
+from mtpforge.passes.fp8 import dequantize_block_fp8
+from mtpforge.passes.norms import shift_norms
+from mtpforge.passes.quantize import QSpec, dequantize, quantizable, quantize
+from mtpforge.plan import ROUTER_Q, module_qspec, resolve_experts
+
+CFG = {"model_type": "qwen3_5_moe", "text_config": {
+    "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "num_key_value_heads": 1,
+    "intermediate_size": 128, "num_experts": 4, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}}
+
+
+def test_exactly_seven_norm_kinds_are_shifted():
+    head = {k: mx.zeros(s, dtype=mx.bfloat16) for k, s in expected_head(CFG, 1, "per-expert").items()}
+    head["layers.0.linear_attn.norm.weight"] = mx.zeros((4,), dtype=mx.bfloat16)
+    out = shift_norms(head)
+    shifted = sorted(k for k, v in out.items() if v.size and mx.all(v == 1).item())
+    assert shifted == sorted(k for k in head if is_norm_key(k))
+    assert len({k.rsplit(".", 2)[-2] if k.startswith("layers") else k for k in shifted}) == 7
+    assert "layers.0.linear_attn.norm.weight" not in shifted
+
+
+def test_shift_rounds_once_from_float32():
+    w = mx.array([-0.4423828125, 0.7509765625, -1.0], dtype=mx.bfloat16)
+    got = shift_norms({"norm.weight": w})["norm.weight"]
+    assert mx.array_equal(got, (w.astype(mx.float32) + 1).astype(mx.bfloat16)).item()
+
+
+def test_gate_rows_come_first_in_fused_gate_up():
+    g = mx.full((3, 5), 1.0)
+    u = mx.full((3, 5), 2.0)
+    gate, up = split_gate_up(mx.concatenate([g, u], axis=0))
+    assert mx.all(gate == 1).item() and mx.all(up == 2).item()
+
+
+def test_expert_formats_roundtrip_in_order():
+    E, I, H = 4, 6, 8
+    per = {}
+    for e in range(E):
+        for p, shp in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            per[f"layers.0.mlp.experts.{e}.{p}.weight"] = mx.full(shp, float(e * 10 + len(p)))
+    sw = to_switch_mlp(per)
+    assert sw["layers.0.mlp.switch_mlp.gate_proj.weight"].shape == (E, I, H)
+    assert [sw["layers.0.mlp.switch_mlp.down_proj.weight"][e, 0, 0].item() for e in range(E)] == [9, 19, 29, 39]
+    fused = from_switch_mlp(sw, "fused")
+    assert fused["layers.0.mlp.experts.gate_up_proj"].shape == (E, 2 * I, H)
+    again = to_switch_mlp(fused)
+    for k, v in sw.items():
+        assert mx.array_equal(again[k], v).item()
+    with pytest.raises(ValueError):
+        to_switch_mlp({k: v for k, v in per.items() if ".experts.2." not in k})
+
+
+def test_quantize_per_expert_equals_whole_stack():
+    w = mx.random.normal((3, 8, 128))
+    q = QSpec(4, 64)
+    whole = quantize(w, q, "bfloat16")
+    for e in range(3):
+        part = quantize(w[e], q, "bfloat16")
+        assert all(mx.array_equal(part[s], whole[s][e]).item() for s in whole)
+    err = mx.abs(dequantize(whole, q) - w)
+    assert mx.max(err).item() < 0.5
+
+
+def test_quantization_policy():
+    notes: list[str] = []
+    d = QSpec(4, 64)
+    kw = dict(base=d, layout="sidecar", family="qwen3_5_moe", out_fmt="switch_mlp", keep_fc=False, default_q=d, notes=notes)
+    assert module_qspec("layers.0.mlp.gate", (4, 64), **kw) == ROUTER_Q
+    assert module_qspec("layers.0.mlp.shared_expert_gate", (1, 64), **kw) == ROUTER_Q
+    assert module_qspec("layers.0.input_layernorm", (64,), **kw) is None
+    assert module_qspec("fc", (64, 128), **kw) == d
+    assert module_qspec("fc", (64, 128), **{**kw, "keep_fc": True}) is None
+    assert module_qspec("layers.0.self_attn.o_proj", (64, 100), **kw) is None and notes
+    emb = {**kw, "layout": "embedded", "out_fmt": "per-expert"}
+    assert module_qspec("layers.0.mlp.experts.3.up_proj", (64, 64), **emb) is None
+    vq = {**kw, "layout": "vllm-mlx", "family": "qwen3_next", "base": None}
+    assert module_qspec("fc", (64, 128), **vq) is None
+    assert module_qspec("layers.0.self_attn.q_proj", (128, 64), **vq) == d
+    assert module_qspec("layers.0.mlp.gate", (4, 64), **vq) == ROUTER_Q
+    v35 = {**kw, "layout": "vllm-mlx", "out_fmt": "per-expert"}
+    assert module_qspec("layers.0.mlp.gate", (4, 64), **v35) is None
+
+
+def test_expert_format_per_layout():
+    assert resolve_experts("auto", "embedded", "qwen3_5_moe", "per-expert") == "per-expert"
+    assert resolve_experts("auto", "embedded", "qwen3_5_moe", "fused") == "fused"
+    assert resolve_experts("auto", "sidecar", "qwen3_5_moe", "fused") == "switch_mlp"
+    assert resolve_experts("auto", "vllm-mlx", "qwen3_next", "per-expert") == "switch_mlp"
+    assert resolve_experts("auto", "vllm-mlx", "qwen3_5_moe", "fused") == "fused"
+    assert resolve_experts("auto", "mlx-vlm-drafter", "qwen3_5_moe", "per-expert") == "switch_mlp"
+    assert resolve_experts("switch_mlp", "embedded", "qwen3_5_moe", "fused") == "switch_mlp"
+
+
+def test_quantizable_rules():
+    assert not quantizable((64,), QSpec(4, 64))
+    assert not quantizable((8, 96), QSpec(4, 64))
+    assert quantizable((8, 128), QSpec(4, 64))
+
+
+def test_block_fp8_dequantization():
+    w = mx.random.normal((256, 128)) * 0.1
+    scale = mx.array([[0.5], [2.0]])
+    codes = mx.to_fp8(w / mx.repeat(scale, 128, axis=0))
+    deq = dequantize_block_fp8(codes, scale)
+    assert deq.shape == w.shape and mx.max(mx.abs(deq - w)).item() < 0.05
