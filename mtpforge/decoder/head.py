@@ -1,0 +1,126 @@
+"""The MTP head as SPEC §3 computes it, built from mlx-lm's own blocks.
+
+One implementation serves the decoder (``verify``), the trainer of the bundled tiny model and the
+reference checks in tests, so "the head" means exactly one thing in this codebase:
+
+    e = pre_fc_norm_embedding(embed(x[t+1]))
+    h = pre_fc_norm_hidden(H[t])
+    z = fc(concat([e, h]))          # embedding first, then hidden
+    z = layers[0](z)                # the backbone's full-attention decoder layer, own KV cache
+    out = norm(z)                   # -> the backbone's lm_head
+
+Parameters are named as the canonical bare head keys (``fc.weight``,
+``layers.0.self_attn.q_proj.weight``, ``layers.0.mlp.switch_mlp.gate_proj.weight`` …) so a
+:class:`~mtpforge.layouts.read.HeadWeights` loads with ``load_weights`` as is. Norm weights are
+in MLX's convention (``x̂·w``), i.e. already shifted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+
+def _layer_factory(family: str, args: Any) -> Any:
+    """The backbone family's decoder layer class, built as a full-attention layer."""
+    if family == "qwen3_next":
+        from mlx_lm.models.qwen3_next import Qwen3NextDecoderLayer
+
+        return lambda: Qwen3NextDecoderLayer(args, layer_idx=args.full_attention_interval - 1)
+    from mlx_lm.models.qwen3_5 import DecoderLayer
+
+    return lambda: DecoderLayer(args, layer_idx=args.full_attention_interval - 1)
+
+
+class MTPHead(nn.Module):
+    """``n_layers`` MTP layers over the backbone's hidden state and the next token's embedding.
+
+    ``args`` are the backbone's text-model args (``TextModelArgs`` for Qwen3.5/3.6, the
+    Qwen3-Next ``ModelArgs``): the layer is the backbone's own full-attention block with the
+    backbone's rope settings.
+    """
+
+    def __init__(self, family: str, args: Any, n_layers: int = 1) -> None:
+        super().__init__()
+        h = args.hidden_size
+        eps = args.rms_norm_eps
+        self.family = family
+        self.pre_fc_norm_embedding = nn.RMSNorm(h, eps=eps)
+        self.pre_fc_norm_hidden = nn.RMSNorm(h, eps=eps)
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        make = _layer_factory(family, args)
+        self.layers = [make() for _ in range(n_layers)]
+        self.norm = nn.RMSNorm(h, eps=eps)
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in self.layers]
+
+    def __call__(
+        self,
+        hidden: mx.array,
+        embeddings: mx.array,
+        cache: list[KVCache] | None = None,
+        layer: int = 0,
+    ) -> mx.array:
+        """Normed head output [B, L, H] for hidden states H[t] and embeddings of x[t+1].
+
+        ``layer`` picks which MTP layer runs (released models have one; depth k > 1 re-applies
+        layer 0, SPEC §3). The result goes through the backbone's lm_head for logits.
+        """
+        e = self.pre_fc_norm_embedding(embeddings)
+        h = self.pre_fc_norm_hidden(hidden)
+        z = self.fc(mx.concatenate([e, h], axis=-1))
+        c = cache[layer] if cache is not None else None
+        mask = create_attention_mask(z, c)
+        z = self.layers[layer](z, mask=mask, cache=c)
+        return self.norm(z)
+
+
+def quantize_like(head: MTPHead, quant: Mapping[str, Mapping[str, Any]]) -> None:
+    """Turn the head's Linear modules into the quantized modules the stored triplets need.
+
+    ``quant`` maps bare module paths (``layers.0.self_attn.q_proj``) to
+    ``{bits, group_size, mode}`` as inferred from the stored shapes.
+    """
+    if not quant:
+        return
+
+    def predicate(path: str, module: nn.Module) -> bool | dict[str, Any]:
+        q = quant.get(path)
+        if q is None or not hasattr(module, "to_quantized"):
+            return False
+        return {"bits": int(q["bits"]), "group_size": int(q["group_size"]), "mode": str(q.get("mode", "affine"))}
+
+    nn.quantize(head, class_predicate=predicate)
+
+
+def build_head(
+    family: str,
+    args: Any,
+    tensors: Mapping[str, mx.array],
+    quant: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    compute_dtype: mx.Dtype = mx.float32,
+) -> MTPHead:
+    """A head loaded from canonical tensors (bare keys, MLX norms, ``switch_mlp`` experts).
+
+    Unquantized weights are cast to ``compute_dtype``: on the CPU build of MLX bf16 matmuls are
+    slow and unquantized expert stacks (``gather_mm``) run only in float32 (SPEC §4). Quantized
+    triplets keep their stored form. Loading is strict: a missing or extra tensor is an error.
+    """
+    n_layers = 1 + max((int(k.split(".")[1]) for k in tensors if k.startswith("layers.")), default=0)
+    head = MTPHead(family, args, n_layers)
+    quantize_like(head, quant or {})
+    weights = []
+    for k, v in tensors.items():
+        if mx.issubdtype(v.dtype, mx.floating) and not k.endswith((".scales", ".biases")):
+            v = v.astype(compute_dtype)
+        weights.append((k, v))
+    head.load_weights(weights, strict=True)
+    head.eval()
+    mx.eval(head.parameters())
+    return head
