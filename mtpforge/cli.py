@@ -133,9 +133,9 @@ def remove_mtp_cmd(
 ) -> None:
     """Remove what add-mtp added, restoring the folder's previous state."""
     from .pipeline import remove_mtp
-    from .render import render_generic
+    from .render import render_remove
 
-    run_command(lambda: remove_mtp(target), as_json=as_json, debug=debug, render=render_generic)
+    run_command(lambda: remove_mtp(target), as_json=as_json, debug=debug, render=render_remove)
 
 
 @app.command("verify")
@@ -182,10 +182,10 @@ def run_cmd(
 ) -> None:
     """Run a recipe: add-mtp with its options, then its checks."""
     from .recipe import run_recipe
-    from .render import render_generic
+    from .render import render_run
 
     run_command(lambda: run_recipe(recipe, validate=validate, dry_run=dry_run, progress=not as_json),
-                as_json=as_json, debug=debug, render=render_generic)
+                as_json=as_json, debug=debug, render=render_run)
 
 
 @app.command("schema")
@@ -204,9 +204,9 @@ def demo_cmd(
 ) -> None:
     """The main job end to end on the bundled tiny trained model, offline."""
     from .demo import run_demo
-    from .render import render_generic
+    from .render import render_demo
 
-    run_command(lambda: run_demo(directory, progress=not as_json), as_json=as_json, debug=debug, render=render_generic)
+    run_command(lambda: run_demo(directory, progress=not as_json), as_json=as_json, debug=debug, render=render_demo)
 
 
 @app.command("env")

@@ -93,8 +93,36 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
         console.print(f"[bold red]problem:[/bold red] {p}")
 
 
-def render_generic(r: dict[str, Any], console: Console) -> None:
-    for k, v in r.items():
-        if k in ("steps",):
-            continue
-        console.print(f"[bold]{k}[/bold]: {v}")
+
+def render_remove(r: dict[str, Any], console: Console) -> None:
+    console.print(f"[green]removed[/green] the MTP head from {r['target']}")
+    for k in ("removed", "restored"):
+        if r.get(k):
+            console.print(f"  {k}: {', '.join(r[k])}")
+
+
+def render_run(r: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"mtpforge run {r.get('recipe')} ({r.get('mode')})", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    for k in ("source", "revision", "target", "output", "layout", "precision", "family", "status", "written_to"):
+        if r.get(k) is not None:
+            t.add_row(k, str(r[k]))
+    if r.get("mode") == "dry-run":
+        t.add_row("would download", _human_bytes(r.get("fetch_bytes")))
+        t.add_row("would write", "\n".join(r.get("files_to_write") or []))
+    for name, verdict in (r.get("check_results") or {}).items():
+        style = "green" if verdict == "passed" else "bold red"
+        t.add_row(f"check {name}", f"[{style}]{verdict}[/]")
+    console.print(t)
+    for note in r.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if r.get("mode") == "validate":
+        console.print("[green]valid[/green]: the recipe passes the schema and the static checks")
+
+
+def render_demo(r: dict[str, Any], console: Console) -> None:
+    """The demo narrates as it goes; only the verdict is left to say."""
+    style = "bold green" if r.get("ok") else "bold red"
+    console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before {r.get('before')}, "
+                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {r.get('acceptance')}")
