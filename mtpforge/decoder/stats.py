@@ -1,0 +1,53 @@
+"""Turning decode runs into the numbers ``verify`` reports (CONTRACT.md ``verify`` keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .loop import Run
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where two outputs differ (``None`` when identical)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _rate(num: int, den: int) -> float:
+    return num / den if den else 0.0
+
+
+def _tok_s(runs: list[Run]) -> float:
+    steps = sum(max(len(r.tokens) - 1, 0) for r in runs)
+    secs = sum(r.seconds for r in runs)
+    return steps / secs if secs > 0 else 0.0
+
+
+def summarize(mtp: list[Run], plain: list[Run]) -> dict[str, Any]:
+    """Acceptance overall and per draft position, tokens per verify pass, and speeds.
+
+    ``accepted_per_verify`` is accepted drafts per verify pass; ``tokens_per_verify`` adds the
+    backbone's own token that every pass yields (what a user gains per backbone call).
+    """
+    depth = max((len(r.drafted) for r in mtp), default=0)
+    drafted = [sum(r.drafted[i] for r in mtp if i < len(r.drafted)) for i in range(depth)]
+    accepted = [sum(r.accepted[i] for r in mtp if i < len(r.accepted)) for i in range(depth)]
+    passes = sum(r.verify_passes for r in mtp)
+    base, fast = _tok_s(plain), _tok_s(mtp)
+    return {
+        "tokens": sum(len(r.tokens) for r in mtp),
+        "drafted": sum(drafted),
+        "accepted": sum(accepted),
+        "acceptance": _rate(sum(accepted), sum(drafted)),
+        "acceptance_by_position": [_rate(a, d) for a, d in zip(accepted, drafted)],
+        "drafted_by_position": drafted,
+        "verify_passes": passes,
+        "rollbacks": sum(r.rollbacks for r in mtp),
+        "accepted_per_verify": _rate(sum(accepted), passes),
+        "tokens_per_verify": _rate(sum(accepted) + passes, passes),
+        "baseline_tok_s": base,
+        "mtp_tok_s": fast,
+        "speedup": fast / base if base > 0 else 0.0,
+    }

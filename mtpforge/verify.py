@@ -1,0 +1,210 @@
+"""``mtpforge verify``: decode with the target's own backbone and head, and prove the head works.
+
+Proof means three numbers a user can act on: the MTP output equals plain greedy decoding token
+for token (a decoder or conversion bug that changes output is caught), the acceptance rate (a
+head converted wrongly drafts ~0%, a good one most of the time), and the speed of both decoders
+measured in this process. Read-only unless ``record`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .errors import InputError, RefusedError
+from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
+from .layouts.write import dump_json
+from .progress import Progress
+
+#: Plain-text prompts: every model continues plain text, chat templates differ between models,
+#: and the bundled tiny model's corpus is plain text of these kinds (sentences, counting,
+#: arithmetic, code), so its acceptance is meaningful on them.
+DEFAULT_PROMPTS: tuple[str, ...] = (
+    "The cat sees the red ball in the garden.",
+    "Count: 5, 6, 7,",
+    "def add_total(x, y):\n",
+    "12 + 30 = 42. 12 times 2 is",
+)
+
+
+def verify(
+    target: str,
+    *,
+    generate: bool = False,
+    prompts: Sequence[str] | None = None,
+    max_tokens: int = 64,
+    depth: int = 1,
+    hidden: str = "auto",
+    temp: float = 0.0,
+    seed: int | None = None,
+    min_acceptance: float = 0.0,
+    record: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Load the head of ``target`` from whatever layout holds it and decode with it.
+
+    Without ``generate`` only checks that the head loads and drafts one step. ``ok`` is false
+    (exit 1) when greedy MTP output differs from plain greedy output or acceptance is below
+    ``min_acceptance``.
+    """
+    from .decoder.backbone import HIDDEN_VARIANTS, load_backbone
+    from .decoder.head import build_head
+    from .layouts.read import load_head_weights
+
+    if hidden not in ("auto", *HIDDEN_VARIANTS):
+        raise InputError(f"hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+    if depth < 1 or max_tokens < 1:
+        raise InputError("depth and max_tokens must be at least 1", "pass --depth 1 --max-tokens 64")
+    if temp < 0:
+        raise InputError(f"temp must be >= 0, not {temp}", "use --temp 0 for greedy decoding")
+    folder = _check_target(target)
+    prog = Progress(enabled=progress)
+
+    prog.step(f"loading the MTP head of {folder}")
+    hw = load_head_weights(folder)
+    prog.step("loading the backbone with mlx-lm")
+    bb = load_backbone(folder, hw.family)
+    try:
+        head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
+    except ValueError as e:
+        raise RefusedError(f"MTP_SHAPE_MISMATCH: the head in {hw.folder} does not fit this backbone: {e}",
+                           f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with --force") from None
+    report: dict[str, Any] = {
+        "target": str(folder), "family": hw.family, "layout": hw.layout, "head_folder": str(hw.folder),
+        "mtp_layers": hw.n_layers, "generate": generate, "notes": list(hw.notes), "problems": [],
+    }
+    texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
+    encoded = [_encode(bb.tokenizer, t) for t in texts]
+    if not generate:
+        return _draft_check(bb, head, encoded[0], report, prog)
+
+    from .decoder.loop import HeadDrafter, mtp_decode, plain_decode
+    from .decoder.sampling import Chooser
+    from .decoder.stats import first_difference, summarize
+
+    variants = list(HIDDEN_VARIANTS) if hidden == "auto" else [hidden]
+    plain_decode(bb, encoded[0], max_tokens=min(8, max_tokens), chooser=Chooser(temp, seed))  # warm-up
+    prog.step(f"plain decoding of {len(encoded)} prompt(s), {max_tokens} tokens each")
+    plain = [plain_decode(bb, p, max_tokens=max_tokens, chooser=Chooser(temp, seed)) for p in encoded]
+    per_variant: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        prog.step(f"MTP decoding, depth {depth}, {v}-norm hidden state")
+        chooser = Chooser(temp, seed)
+        runs = [mtp_decode(bb, HeadDrafter(bb, head), p, max_tokens=max_tokens, depth=depth, hidden=v, chooser=chooser) for p in encoded]
+        stats = summarize(runs, plain)
+        diffs = [(i, first_difference(r.tokens, b.tokens)) for i, (r, b) in enumerate(zip(runs, plain))]
+        stats["differences"] = [(i, d) for i, d in diffs if d is not None] if chooser.greedy else []
+        stats["outputs"] = [r.tokens for r in runs]
+        per_variant[v] = stats
+
+    # the better variant; on a tie post-norm, what vLLM, SGLang and llama.cpp feed (SPEC §3)
+    best = max(variants, key=lambda v: (per_variant[v]["acceptance"], v == "post"))
+    chosen = per_variant[best]
+    greedy = temp <= 0.0
+    for v, s in per_variant.items():
+        for i, d in s["differences"]:
+            report["problems"].append(
+                f"greedy MTP output ({v}-norm hidden) differs from plain greedy decoding at token {d} of prompt {i + 1} "
+                f"({texts[i][:40]!r}): the decoder or the backbone's caches are wrong")
+    report.update({k: v for k, v in chosen.items() if k not in ("differences", "outputs")})
+    report.update(
+        identical=(not any(s["differences"] for s in per_variant.values())) if greedy else None,
+        hidden=best,
+        hidden_variants={v: per_variant[v]["acceptance"] for v in variants},
+        depth=depth, temp=temp, seed=seed, max_tokens=max_tokens, prompts=len(texts),
+        baseline_tokens=sum(len(r.tokens) for r in plain),
+    )
+    if report["acceptance"] < min_acceptance:
+        report["problems"].append(
+            f"acceptance {report['acceptance']:.1%} is below --min-acceptance {min_acceptance:.1%}: the head drafts "
+            f"badly (a wrong norm convention gives ~0%, a double shift about half)")
+    report["ok"] = not report["problems"]
+    report["exit_code"] = 0 if report["ok"] else 1
+    if record:
+        report["recorded"] = record_measurement(hw.folder, report)
+        if report["recorded"] is None:
+            report["notes"].append(f"no {MANIFEST} in {hw.folder} (head not written by mtpforge): nothing recorded")
+    prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
+    return report
+
+
+def _check_target(target: str) -> Path:
+    folder = Path(target).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"{target} is not a folder", "pass the MLX model folder that holds the head")
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(f"{target} has no config.json", "pass an MLX model folder (with config.json and weights)")
+    try:
+        cfg = json.loads(cfg_path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise InputError(f"{cfg_path} is not valid JSON", "restore config.json from the original model") from None
+    if isinstance(cfg, dict) and cfg.get("model_type") == DRAFTER_MODEL_TYPE:
+        raise InputError(f"{target} is an mlx-vlm drafter folder, which has no backbone to decode with",
+                         "pass the model folder beside it (verify finds <model>-mtp-drafter by itself)")
+    return folder
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    ids = list(tokenizer.encode(text))
+    if not ids:
+        raise InputError(f"prompt {text!r} encodes to no tokens", "pass a non-empty --prompt")
+    return [int(i) for i in ids]
+
+
+def _draft_check(bb: Any, head: Any, prompt: list[int], report: dict[str, Any], prog: Progress) -> dict[str, Any]:
+    import mlx.core as mx
+
+    from .decoder.loop import draft_once
+
+    prog.step("running one draft step")
+    token, logits = draft_once(bb, head, prompt)
+    finite = bool(mx.all(mx.isfinite(logits)).item())
+    if not finite:
+        report["problems"].append("the head's draft logits are not finite (NaN/Inf): its weights are damaged")
+    report.update(draft_token=token, draft_logits_finite=finite, ok=finite, exit_code=0 if finite else 1)
+    prog.done("the head loads and drafts" if finite else "the head does not draft")
+    return report
+
+
+def record_measurement(head_folder: Path, report: dict[str, Any]) -> str | None:
+    """Write the measured hidden variant and acceptance into the manifest, atomically.
+
+    A temp file beside the manifest and one ``os.replace``: a reader sees the old manifest or
+    the new one, never half; if the manifest is a symlink, the link is replaced by a file and
+    whatever it pointed to is left untouched (never write through a symlink).
+    Returns the manifest path, or None when there is no manifest.
+    """
+    path = head_folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
+                           "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
+    manifest["verify"] = {
+        "hidden_state": report["hidden"],
+        "acceptance": round(report["acceptance"], 4),
+        "hidden_variants": {k: round(v, 4) for k, v in report["hidden_variants"].items()},
+        "acceptance_by_position": [round(a, 4) for a in report["acceptance_by_position"]],
+        "depth": report["depth"], "temp": report["temp"], "max_tokens": report["max_tokens"],
+        "prompts": report["prompts"], "identical": report["identical"],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mtpforge_version": __version__,
+    }
+    fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".json.tmp", dir=head_folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(dump_json(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(path)
