@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from .layouts.write import drafter_config, dump_json, updated_config, updated_in
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
 from .progress import Progress
-from .writer.atomic import StagedFolder, check_writable_parent, cleanup_leftovers
+from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent, cleanup_leftovers
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
 
 MANIFEST_VERSION = 1
@@ -207,6 +206,8 @@ def add_mtp(
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
     parse_precision(precision)
+    if not dry_run:
+        cleanup_leftovers(Path(target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(target)
     layout = resolve_layout(layout, family)
     out_path: Path | None = Path(output).expanduser() if output else None
@@ -265,7 +266,7 @@ def add_mtp(
         return report
 
     # an existing head: identical -> nothing to do; other -> refuse unless --force
-    existing_root = dest if dest.exists() else None
+    existing_root = dest if dest.is_dir() and any(dest.iterdir()) else None  # an empty --output holds no head
     manifest = read_manifest(existing_root) if existing_root else None
     dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
     dloc = locate_head(dcat, family) if dcat is not None and dcat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
@@ -279,11 +280,7 @@ def add_mtp(
             else f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
         raise RefusedError(f"{dest} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
     check_writable_parent(dest)
-    free = shutil.disk_usage(dest.parent if not dest.exists() else dest).free
-    need = plan.mtp_bytes + (1 << 20)
-    if free < need:
-        raise RefusedError(f"not enough disk space: {need:,} bytes needed beside {dest}, {free:,} free",
-                           "free some space or use --output on another disk")
+    check_disk_space(dest, plan.mtp_bytes + (1 << 20))
 
     prog.step(f"fetching {len(to_fetch)} MTP tensors ({source_bytes(to_fetch):,} bytes)")
     read, fetched, fetch_mode = _reader(sstore, to_fetch, fetch, progress)
@@ -401,16 +398,21 @@ def _files_for(plan: Plan, dest: Path) -> list[str]:
 def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
     """Restore the folder to its state before add-mtp, byte for byte."""
     path = Path(target).expanduser()
+    if path.parent.is_dir():
+        cleanup_leftovers(path)  # a killed run's leftovers (and a half-done fallback swap) first
     if not path.is_dir():
         raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
-    cleanup_leftovers(path)
     manifest = read_manifest(path)
     if manifest is None:
         raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",
                            "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+    prog = Progress(enabled=progress)
+    prog.step("staging the restored folder")
     with StagedFolder(path) as stage:
         _undo(stage, manifest)
+        prog.step("committing")
         stage.commit()
+    prog.done(f"removed the MTP head from {path}")
     return {"target": str(path), "status": "removed", "removed": manifest.get("added", []),
             "restored": sorted((manifest.get("changed") or {}).keys())}
 

@@ -33,8 +33,15 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+#: set to 1 to use the two-rename fallback even where an exchange primitive exists (a filesystem
+#: that misreports support; and the crash tests of the fallback)
+NO_EXCHANGE_ENV = "MTPFORGE_NO_EXCHANGE"
+
+
 def exchange(a: Path, b: Path) -> bool:
     """Swap two directories atomically. False when the platform or filesystem cannot."""
+    if os.environ.get(NO_EXCHANGE_ENV) == "1":
+        return False
     libc = _libc()
     if libc is None:
         return False
@@ -68,19 +75,76 @@ def _fsync_dir(p: Path) -> None:
         os.close(fd)
 
 
+def _leftover_pid(name: str, target_name: str) -> tuple[str, int] | None:
+    """(tag, pid) when ``name`` is exactly a staged or old copy of ``target_name``."""
+    for tag in (STAGE_TAG, OLD_TAG):
+        head = f".{target_name}{tag}"
+        if name.startswith(head) and name[len(head):].isdigit():
+            return tag, int(name[len(head):])
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether another process with this pid runs (then its stage may be in use: leave it)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
 def cleanup_leftovers(target: Path) -> list[Path]:
-    """Remove staged or old copies of ``target`` left by a killed run."""
-    removed = []
+    """Finish what a killed run left beside ``target``, before anything else reads it.
+
+    A stage is garbage (the old folder is still the target, or the stage holds the old folder
+    after a swap). After a kill between the two renames of the fallback swap the target is
+    absent and the old folder waits under its hidden name: it is put back (the run is rolled
+    back; its stage is dropped). Only names exactly ours are touched (``.model2…`` is not
+    ``.model``'s), and never the stage of a run that is still alive.
+    """
+    removed: list[Path] = []
+    target = Path(os.path.abspath(target))
     parent = target.parent
-    prefix = "." + target.name
     if not parent.is_dir():
         return removed
+    mine = []
     for child in parent.iterdir():
-        n = child.name
-        if n.startswith(prefix) and (STAGE_TAG in n or OLD_TAG in n) and child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-            removed.append(child)
+        hit = _leftover_pid(child.name, target.name)
+        if hit and child.is_dir() and not child.is_symlink() and not _alive(hit[1]):
+            mine.append((hit[0], child))
+    if not os.path.lexists(target):
+        olds = [c for tag, c in mine if tag == OLD_TAG]
+        if olds:
+            os.rename(olds[0], target)
+            _fsync_dir(parent)
+            mine = [(t, c) for t, c in mine if c != olds[0]]
+    for _, child in mine:
+        shutil.rmtree(child, ignore_errors=True)
+        removed.append(child)
     return removed
+
+
+def free_bytes(path: Path) -> int:
+    """Free space on the filesystem holding ``path`` (the one place the pipeline asks)."""
+    return shutil.disk_usage(path).free
+
+
+def check_disk_space(dest: Path, need: int) -> None:
+    """Refuse before writing anything when the staged files cannot fit beside ``dest``."""
+    dest = Path(os.path.abspath(dest))
+    where = dest if dest.is_dir() else dest.parent
+    free = free_bytes(where)
+    if free < need:
+        raise RefusedError(
+            f"not enough disk space: {need:,} bytes ({need / 2**20:,.1f} MiB) needed beside {dest}, "
+            f"{free:,} bytes free",
+            f"free at least {need - free:,} bytes on that disk, or use --output DIR on another disk",
+            code="NO_SPACE",
+        )
 
 
 def _mirror(src: Path, dst: Path) -> None:
@@ -169,11 +233,18 @@ class StagedFolder:
 
     def commit(self) -> None:
         """Make the staged folder the target (or the output) in one atomic step."""
-        _fsync_dir(self.stage)
+        for dirpath, _, _ in os.walk(self.stage):
+            _fsync_dir(Path(dirpath))
         if self.output is not None:
             if self.output.exists():
-                if any(self.output.iterdir()):
-                    raise InputError(f"--output {self.output} is not empty", "pass a new or empty folder")
+                if self.output.is_symlink() or not self.output.is_dir() or any(self.output.iterdir()):
+                    raise InputError(f"--output {self.output} is not an empty folder", "pass a new or empty folder")
+                # the user's empty folder is swapped out, never removed first: no moment without it
+                if exchange(self.stage, self.output):
+                    _fsync_dir(self.output.parent)
+                    self.committed = True
+                    shutil.rmtree(self.stage, ignore_errors=True)
+                    return
                 self.output.rmdir()
             os.rename(self.stage, self.output)
             _fsync_dir(self.output.parent)
