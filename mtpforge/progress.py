@@ -31,3 +31,28 @@ class Progress:
         with RichProgress(*cols, console=self.console, transient=True) as p:
             task = p.add_task(label, total=total)
             yield lambda n: p.advance(task, n)
+
+
+class TqdmBridge:
+    """Stands in for tqdm where huggingface_hub draws its own bar (``hf_hub_download(tqdm_class=
+    functools.partial(TqdmBridge, advance=...))``): its byte counts go to our rich bar, so a run
+    shows one style of progress, and nothing when progress is off (``--json``)."""
+
+    def __init__(self, *args: object, advance: Callable[[int], None] = lambda n: None, **kwargs: object) -> None:
+        self._advance = advance
+        self.n = int(kwargs.get("initial", 0) or 0)  # type: ignore[call-overload]
+        self.total = kwargs.get("total")
+
+    def update(self, n: float | None = 1) -> None:
+        if n:
+            self.n += int(n)
+            self._advance(int(n))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "TqdmBridge":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

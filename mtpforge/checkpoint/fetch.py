@@ -1,0 +1,282 @@
+"""Get the bytes of a few tensors of a remote checkpoint onto local disk, once.
+
+``ranges`` downloads only the wanted byte spans: neighbouring tensors are coalesced into runs
+(one Range request each) while the bytes in between stay under 1 % of the wanted bytes, so a
+head spread over thousands of contiguous expert tensors costs a handful of requests. Each run
+lands in ``<HF_HUB_CACHE>/mtpforge-ranges/<repo>/<commit>/ranges/<file>/<start>-<end>.bin``,
+written to a temp file and renamed only when complete and of the right length — so what the
+cache holds is always whole, a second run downloads nothing, and a run that failed half-way
+leaves the finished runs behind for the next one to reuse.
+
+``shards`` downloads whole shards with ``hf_hub_download`` into the ordinary HF cache (where
+other tools find them too). ``auto`` is ``ranges``, switching to ``shards`` when the server
+answers a Range request with the whole file — noticed from the status line, before any of that
+body is read.
+
+Memory: everything streams to disk in 1 MiB chunks; nothing here holds a run or shard in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx2
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub.errors import HfHubHTTPError
+
+from ..errors import InputError, NetworkError, RefusedError
+from ..progress import Progress, TqdmBridge
+from .hub import HubStore, RangeIgnoredError, hub_errors, repo_cache_dir, retry_wait, stream_range
+from .safetensors_header import TensorInfo
+from .store import Store
+
+MODES = ("auto", "ranges", "shards")
+#: bytes between wanted tensors that a run may carry along, as a share of the wanted bytes
+SLACK = 0.01
+_RUN = re.compile(r"^(\d+)-(\d+)\.bin$")
+#: temp files of killed runs older than this are removed
+STALE_PART_SECONDS = 3600
+
+
+@dataclass
+class FetchResult:
+    mode: str  # "ranges" | "shards" | "cached" — how the bytes were obtained by this run
+    fetched_bytes: int  # tensor-data bytes downloaded by this run (0 when everything was cached)
+    where: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    requests: int = 0
+
+    def locate(self, name: str) -> tuple[str, int, int]:
+        """(local file, byte offset of the tensor in it, its byte count)."""
+        try:
+            return self.where[name]
+        except KeyError:
+            raise RefusedError(f"tensor {name} was not fetched", "re-run; report it if it repeats") from None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A byte span of one file fetched with one Range request."""
+
+    file: str
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+def plan_runs(infos: list[TensorInfo], slack: float = SLACK) -> list[Run]:
+    """Coalesce tensors into runs: touching spans always merge; gaps are bridged smallest first
+    while the bridged bytes stay within ``slack`` x the wanted bytes (so transfer <= 1.01x)."""
+    by_file: dict[str, list[tuple[int, int]]] = {}
+    for i in infos:
+        by_file.setdefault(i.file, []).append((i.begin, i.end))
+    segs: dict[str, list[list[int]]] = {}
+    for f, spans in by_file.items():
+        merged: list[list[int]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        segs[f] = merged
+    wanted = sum(b - a for m in segs.values() for a, b in m)
+    budget = int(wanted * slack)
+    gaps = sorted((m[k + 1][0] - m[k][1], f, k) for f, m in segs.items() for k in range(len(m) - 1))
+    bridged: set[tuple[str, int]] = set()
+    for size, f, k in gaps:
+        if size > budget:
+            break
+        budget -= size
+        bridged.add((f, k))
+    runs: list[Run] = []
+    for f in sorted(segs):
+        m = segs[f]
+        a = m[0][0]
+        for k in range(len(m)):
+            if (f, k) not in bridged:
+                runs.append(Run(f, a, m[k][1]))
+                if k + 1 < len(m):
+                    a = m[k + 1][0]
+    return runs
+
+
+class RangeCache:
+    """Completed runs of one commit, on disk. A file named ``<start>-<end>.bin`` of exactly
+    ``end - start`` bytes is complete by construction (temp file + ``os.replace``)."""
+
+    def __init__(self, repo_id: str, commit: str) -> None:
+        self.root = repo_cache_dir(repo_id) / commit / "ranges"
+
+    def dir(self, file: str) -> Path:
+        return self.root / quote(file, safe="")
+
+    def runs(self, file: str) -> list[tuple[int, int, Path]]:
+        d = self.dir(file)
+        out = []
+        with contextlib.suppress(FileNotFoundError):
+            for p in d.iterdir():
+                m = _RUN.match(p.name)
+                if m is None:
+                    if p.name.endswith(".part"):
+                        with contextlib.suppress(OSError):
+                            if time.time() - p.stat().st_mtime > STALE_PART_SECONDS:
+                                p.unlink()
+                    continue
+                a, b = int(m.group(1)), int(m.group(2))
+                with contextlib.suppress(OSError):
+                    if p.stat().st_size == b - a:
+                        out.append((a, b, p))
+        return out
+
+    def find(self, info: TensorInfo, runs: list[tuple[int, int, Path]]) -> tuple[str, int, int] | None:
+        for a, b, p in runs:
+            if a <= info.begin and info.end <= b:
+                return str(p), info.begin - a, info.nbytes
+        return None
+
+    def path(self, run: Run) -> Path:
+        return self.dir(run.file) / f"{run.start}-{run.end}.bin"
+
+
+def _fetch_run(store: HubStore, run: Run, dest: Path, advance) -> int:
+    """Download one run into ``dest`` (complete or not at all); return body bytes received."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    try:
+        with open(tmp, "wb") as f:
+            received = stream_range(store.url(run.file), run.start, run.end, f, file_size=store.size(run.file),
+                                    what=f"{run.file} of {store.name}", on_bytes=advance)
+            f.flush()
+            os.fsync(f.fileno())
+        if tmp.stat().st_size != run.nbytes:
+            raise NetworkError(f"{run.file}: wrote {tmp.stat().st_size} of {run.nbytes} bytes", "retry")
+        os.replace(tmp, dest)
+        return received
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _data_bytes(path: str) -> int:
+    """Tensor-data bytes of a local safetensors file (what a whole-shard download carried)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8:
+        return size
+    (n,) = struct.unpack("<Q", head)
+    return max(0, size - min(size, 8 + n))
+
+
+def _cached_shard(store: HubStore, file: str) -> str | None:
+    p = try_to_load_from_cache(store.repo_id, file, revision=store.commit)
+    return p if isinstance(p, str) and os.path.getsize(p) == store.size(file) else None
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, httpx2.TransportError):
+        return True
+    if isinstance(e, HfHubHTTPError):
+        return e.response is not None and e.response.status_code >= 500
+    return isinstance(e, OSError) and "Consistency check failed" in str(e)
+
+
+def _download_shard(store: HubStore, file: str, advance) -> str:
+    """``hf_hub_download`` with a bounded retry on transient failures (its GET itself retries
+    only 408/429 and resumes dropped connections)."""
+    bridge = functools.partial(TqdmBridge, advance=advance)
+    attempts = 4
+    for attempt in range(attempts):
+        with hub_errors(store.repo_id, store.commit):
+            try:
+                return hf_hub_download(store.repo_id, file, revision=store.commit, tqdm_class=bridge)  # type: ignore[arg-type]
+            except Exception as e:
+                if attempt == attempts - 1 or not _transient(e):
+                    raise
+        time.sleep(retry_wait() * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool = True) -> FetchResult:
+    """Make the bytes of ``infos`` available locally; see the module docstring."""
+    if mode not in MODES:
+        raise InputError(f"--fetch must be one of {', '.join(MODES)}, not {mode!r}", "use --fetch auto")
+    if not isinstance(store, HubStore):
+        raise InputError(f"{store.name} is not a Hub repo", "local sources are read in place")
+    prog = Progress(enabled=progress)
+    unique = list({i.name: i for i in infos}.values())
+    res = FetchResult(mode="cached", fetched_bytes=0)
+
+    # 1. what earlier runs left: cached runs, then whole shards in the HF cache
+    cache = RangeCache(store.repo_id, store.commit)
+    runs_on_disk = {f: cache.runs(f) for f in {i.file for i in unique}}
+    missing = []
+    for i in unique:
+        hit = cache.find(i, runs_on_disk[i.file])
+        if hit is not None:
+            res.where[i.name] = hit
+        else:
+            missing.append(i)
+    for f in sorted({i.file for i in missing}):
+        shard = _cached_shard(store, f)
+        if shard is not None:
+            for i in missing:
+                if i.file == f:
+                    res.where[i.name] = (shard, i.begin, i.nbytes)
+    missing = [i for i in missing if i.name not in res.where]
+    if not missing:
+        return res
+    if store.offline:
+        raise NetworkError(f"HF_HUB_OFFLINE is set and {len(missing)} MTP tensors of {store.name} are not cached",
+                           "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
+
+    # 2. ranges
+    if mode in ("auto", "ranges"):
+        runs = plan_runs(missing)
+        try:
+            with prog.bytes_bar("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
+                for run in runs:
+                    dest = cache.path(run)
+                    with hub_errors(store.repo_id, store.commit):
+                        res.fetched_bytes += _fetch_run(store, run, dest, advance)
+                    res.requests += 1
+                    res.mode = "ranges"
+                    for i in missing:
+                        if i.file == run.file and run.start <= i.begin and i.end <= run.end:
+                            res.where[i.name] = (str(dest), i.begin - run.start, i.nbytes)
+        except RangeIgnoredError:
+            if mode == "ranges":
+                raise
+        missing = [i for i in missing if i.name not in res.where]
+        if not missing:
+            return res
+
+    # 3. whole shards (asked for, or the server ignores Range)
+    files = sorted({i.file for i in missing})
+    with prog.bytes_bar(f"downloading {len(files)} shard(s)", sum(store.size(f) for f in files)) as advance:
+        for f in files:
+            path = _download_shard(store, f, advance)
+            if os.path.getsize(path) != store.size(f):
+                raise NetworkError(f"{f} of {store.name} arrived with {os.path.getsize(path)} bytes, not {store.size(f)}",
+                                   "delete it from the HF cache and retry")
+            res.fetched_bytes += _data_bytes(path)
+            res.requests += 1
+            for i in missing:
+                if i.file == f:
+                    res.where[i.name] = (path, i.begin, i.nbytes)
+    res.mode = "shards"
+    return res
+
+
+__all__ = ["FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "SLACK"]
