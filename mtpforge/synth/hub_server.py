@@ -41,6 +41,8 @@ CHUNK = 64 * 1024
 FAULT_KINDS = ("drop", "status", "429", "truncate", "ignore_range", "slow")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+#: the ``files`` value of a fault that hits ``model_info`` (with ``data_only=False``)
+API = "@api"
 
 
 @dataclass
@@ -51,7 +53,8 @@ class Fault:
     (answer ``status``, a 5xx by default), ``429`` (rate limited, ``Retry-After: retry_after``),
     ``truncate`` (a shorter body with a consistent ``Content-Length``: only a client that checks
     lengths notices), ``ignore_range`` (answer 200 with the whole file), ``slow`` (wait ``delay``
-    seconds before answering).
+    seconds before answering). ``files=API, data_only=False`` aims a fault at ``model_info``
+    (``status``, ``429`` and ``slow`` apply there).
     """
 
     kind: str
@@ -333,6 +336,15 @@ class _Handler(BaseHTTPRequestHandler):
         commit = self._lookup(entry, rev)
         if commit is None:
             return
+        fault = self.hub._take_fault(entry.repo or "", API, method, 0, 0, _File(Path(), 0, "", None))
+        if fault is not None:
+            entry.fault = fault.kind
+            if fault.kind == "slow":
+                time.sleep(fault.delay)
+            elif fault.kind in ("status", "429"):
+                code = 429 if fault.kind == "429" else fault.status
+                self._error(entry, code, None, "Injected failure", {"Retry-After": str(fault.retry_after)} if code == 429 else {})
+                return
         siblings = []
         for rel, f in sorted(commit.files.items()):
             s: dict[str, Any] = {"rfilename": rel, "size": f.size, "blobId": hashlib.sha1(f.etag.encode()).hexdigest()}

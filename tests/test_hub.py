@@ -1,0 +1,241 @@
+"""``inspect`` and ``add-mtp`` on Hub repo ids, against the loopback hub with the real
+huggingface_hub client (mtpforge runs in a subprocess with HF_ENDPOINT pointing at it).
+
+What the server log proves: inspect reads no tensor data, add-mtp fetches at most 1.02x the
+head's bytes (and reports exactly what it fetched), a second run fetches nothing, dry runs fetch
+nothing, and the token travels to the server but nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from mtpforge.checkpoint.catalogue import load_catalogue
+from mtpforge.checkpoint.store import LocalStore
+from mtpforge.layouts.table import MANIFEST
+from mtpforge.pipeline import add_mtp
+from tests.checkers import folder_state
+
+VARIANTS = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe", "qwen3_next"]
+HEAD_FILE = {"qwen3_5": "model-mtp.safetensors", "qwen3_5_moe": "model-mtp.safetensors",
+             "qwen3_6_moe": "model-mtp.safetensors", "qwen3_next": "mtp.safetensors"}
+
+
+def mtp_source_bytes(src: Path) -> int:
+    return sum(i.nbytes for k, i in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp."))
+
+
+def written_state(folder: Path) -> dict[str, str]:
+    """Everything add-mtp writes except its own manifest (which names the source)."""
+    return {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
+
+
+def local_reference(hf: Path, tgt: Path, **kw) -> dict[str, str]:
+    add_mtp(source=str(hf), target=str(tgt), progress=False, **kw)
+    return written_state(tgt)
+
+
+# ----------------------------------------------------------------------------- inspect
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_inspect_repo_reads_only_headers(hub, synth, variant):
+    """An MLX conversion on the Hub: same findings as the local folder, zero tensor bytes."""
+    from mtpforge.inspect import inspect_checkpoint
+
+    tgt = synth.target(variant)
+    repo, _ = hub.publish(tgt)
+    r = hub.run("inspect", repo)
+    local = inspect_checkpoint(str(tgt))
+    rep = r.json
+    assert r.code == local["exit_code"], r.stderr
+    for k in ("family", "layout", "config_mtp_layers", "mtp_tensors", "mtp_bytes", "norm_convention", "expert_format"):
+        assert rep[k] == local[k], k
+    assert [f["code"] for f in rep["findings"]] == [f["code"] for f in local["findings"]]
+    assert hub.tensor_bytes(repo) == 0
+    data_gets = [e for e in hub.log(repo) if e.method == "GET" and e.file and e.file.endswith(".safetensors")]
+    assert data_gets and all(e.status == 206 and e.sent <= 1 << 20 for e in data_gets)
+
+
+def test_inspect_raw_source_repo_reads_only_norm_tensors(hub, synth):
+    """A raw HF repo: its norm convention is checked from norm tensors (a few KB), never from
+    projections or experts."""
+    src = synth.hf("qwen3_6_moe")
+    repo, _ = hub.publish(src)
+    r = hub.run("inspect", repo)
+    assert r.code == 0, r.stderr
+    assert r.json["layout"] == "hf" and r.json["norm_convention"] == "raw"
+    spans = {(i.file, i.begin, i.end): i for i in load_catalogue(LocalStore(src)).tensors.values()}
+    for e in hub.log(repo):
+        if e.tensor_bytes:
+            a, b = (int(x) for x in e.range.removeprefix("bytes=").split("-"))
+            info = spans[(e.file, a, b + 1)]
+            assert len(info.shape) == 1, info.name
+    assert 0 < hub.tensor_bytes(repo) < 64 * 1024
+
+
+# ----------------------------------------------------------------------------- add-mtp
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_add_mtp_from_hub_matches_local_and_fetches_only_the_head(hub, synth, make_target, variant):
+    src = synth.hf(variant)
+    repo, sha = hub.source(synth, variant)
+    want = local_reference(src, make_target(variant), precision="bf16")
+    tgt = make_target(variant)
+
+    hub.server.clear_log()
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16")
+    assert r.code == 0, r.stderr
+    out = r.json
+    assert written_state(tgt) == want
+    head = mtp_source_bytes(src)
+    fetched = hub.tensor_bytes(repo)
+    assert 0 < fetched <= 1.02 * head, (fetched, head)
+    assert out["fetched_bytes"] == fetched and out["fetch_mode"] == "ranges"
+    assert out["revision"] == sha
+    manifest = json.loads((tgt / MANIFEST).read_text())
+    assert manifest["source"]["repo"] == repo and manifest["source"]["revision"] == sha
+    assert all(f"/resolve/{sha}/" in e.path for e in hub.log(repo) if e.file)
+
+    # a second run: nothing fetched, every file byte-identical
+    once = folder_state(tgt)
+    hub.server.clear_log()
+    r2 = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16")
+    assert r2.code == 0 and r2.json["status"] == "already-present" and r2.json["fetched_bytes"] == 0
+    assert hub.tensor_bytes(repo) == 0 and folder_state(tgt) == once
+
+    # a fresh target with the warm cache: nothing downloaded, the same bytes written
+    tgt2 = make_target(variant)
+    hub.server.clear_log()
+    r3 = hub.run("add-mtp", "--source", repo, "--target", str(tgt2), "--precision", "bf16")
+    assert r3.code == 0 and r3.json["fetched_bytes"] == 0 and r3.json["fetch_mode"] == "cached"
+    assert hub.tensor_bytes(repo) == 0
+    assert folder_state(tgt2) == once
+
+
+def test_fetch_shards_downloads_whole_shards_into_the_hf_cache(hub, synth, make_target):
+    variant = "qwen3_6_moe"
+    src = synth.hf(variant)
+    repo, sha = hub.source(synth, variant)
+    want = local_reference(src, make_target(variant), precision="bf16")
+    tgt = make_target(variant)
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16", "--fetch", "shards")
+    assert r.code == 0, r.stderr
+    assert r.json["fetch_mode"] == "shards" and written_state(tgt) == want
+    assert r.json["fetched_bytes"] == hub.tensor_bytes(repo) > 1.02 * mtp_source_bytes(src)
+    snap = hub.home / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / sha
+    shards = {i.file for k, i in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp.")}
+    assert sorted(p.name for p in snap.iterdir()) == sorted(shards)
+    assert all(e.range is None for e in hub.log(repo) if e.method == "GET" and e.tensor_bytes)
+
+
+def test_auto_falls_back_to_shards_when_range_is_ignored(hub, synth, make_target):
+    variant = "qwen3_5"
+    src = synth.hf(variant)
+    repo, _ = hub.publish(src)
+    want = local_reference(src, make_target(variant), precision="bf16")
+    hub.fault("ignore_range", repo=repo, times=-1)
+    tgt = make_target(variant)
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16")
+    assert r.code == 0, r.stderr
+    assert r.json["fetch_mode"] == "shards" and written_state(tgt) == want
+    # the first ignored Range was noticed from its status line: the shard went over the wire
+    # at most once more than the whole-shard downloads themselves
+    full = [e for e in hub.log(repo) if e.method == "GET" and e.status == 200 and e.tensor_bytes]
+    assert len(full) >= 2
+
+
+def test_dry_run_downloads_no_tensor_data(hub, synth, make_target):
+    repo, _ = hub.source(synth, "qwen3_5_moe")
+    tgt = make_target("qwen3_5_moe")
+    before = folder_state(tgt)
+    hub.server.clear_log()
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--dry-run")
+    assert r.code == 0, r.stderr
+    assert r.json["dry_run"] and r.json["fetch_bytes"] == mtp_source_bytes(synth.hf("qwen3_5_moe"))
+    assert hub.tensor_bytes(repo) == 0 and folder_state(tgt) == before
+
+
+def test_revision_branch_resolves_to_its_commit(hub, synth, make_hf, make_target):
+    main_src, v2_src = synth.hf("qwen3_5"), synth.hf("qwen3_5", seed=7)
+    repo, main_sha = hub.publish(main_src)
+    _, v2_sha = hub.publish(v2_src, repo, revision="v2")
+    assert main_sha != v2_sha
+    want = local_reference(v2_src, make_target("qwen3_5"), precision="bf16")
+    tgt = make_target("qwen3_5")
+    r = hub.run("add-mtp", "--source", repo, "--revision", "v2", "--target", str(tgt), "--precision", "bf16")
+    assert r.code == 0, r.stderr
+    assert r.json["revision"] == v2_sha and written_state(tgt) == want
+    assert json.loads((tgt / MANIFEST).read_text())["source"]["revision"] == v2_sha
+    assert all(f"/resolve/{v2_sha}/" in e.path for e in hub.log(repo) if e.file)
+
+    bad = hub.run("add-mtp", "--source", repo, "--revision", "no-such-branch", "--target", str(tgt))
+    assert "no-such-branch" in bad.assert_one_line_error(2)["message"]
+
+
+# ----------------------------------------------------------------------------- failures
+
+def test_offline_with_an_empty_cache_fails_in_one_line(hub, synth, make_target):
+    repo, _ = hub.source(synth, "qwen3_5")
+    tgt = make_target("qwen3_5")
+    before = folder_state(tgt)
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), HF_HUB_OFFLINE="1")
+    err = r.assert_one_line_error(2)
+    assert err["code"] == "NETWORK" and "HF_HUB_OFFLINE" in err["message"]
+    assert hub.log(repo) == [] and folder_state(tgt) == before
+
+
+def test_offline_after_one_online_run_needs_no_server(hub, synth, make_target):
+    repo, _ = hub.source(synth, "qwen3_5")
+    first = make_target("qwen3_5")
+    assert hub.run("add-mtp", "--source", repo, "--target", str(first), "--precision", "bf16").code == 0
+    hub.server.clear_log()
+    tgt = make_target("qwen3_5")
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16", HF_HUB_OFFLINE="1")
+    assert r.code == 0, r.stderr
+    assert hub.log() == [] and folder_state(tgt) == folder_state(first)
+
+
+def test_unknown_repo_fails_in_one_line(hub, make_target):
+    tgt = make_target("qwen3_5")
+    before = folder_state(tgt)
+    err = hub.run("add-mtp", "--source", "org/no-such-model", "--target", str(tgt)).assert_one_line_error(2)
+    assert "org/no-such-model" in err["message"] and "not found" in err["message"]
+    err = hub.run("inspect", "org/no-such-model").assert_one_line_error(2)
+    assert "not found" in err["message"]
+    assert folder_state(tgt) == before
+
+
+def test_unreachable_endpoint_fails_in_one_line(hub, make_target):
+    with socket.socket() as s:  # a loopback port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tgt = make_target("qwen3_5")
+    before = folder_state(tgt)
+    r = hub.run("add-mtp", "--source", "org/anything", "--target", str(tgt), HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert r.assert_one_line_error(2)["code"] == "NETWORK"
+    assert folder_state(tgt) == before
+
+
+def test_token_is_sent_and_never_written_or_printed(hub, synth, make_target):
+    token = "hf_loopbackSECRETtoken0123456789"
+    repo, _ = hub.publish(synth.hf("qwen3_5"), token=token)
+    tgt = make_target("qwen3_5")
+
+    denied = hub.run("add-mtp", "--source", repo, "--target", str(tgt))
+    denied.assert_one_line_error(2)
+    assert token not in denied.stdout + denied.stderr
+
+    hub.server.clear_log()
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16", HF_TOKEN=token)
+    assert r.code == 0, r.stderr
+    entries = hub.log(repo)
+    assert entries and all(e.authorization == f"Bearer {token}" for e in entries)
+    assert token not in r.stdout + r.stderr
+    for root in (tgt, hub.home):
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                assert token.encode() not in p.read_bytes(), p
