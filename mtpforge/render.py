@@ -81,17 +81,29 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
     t = Table(title="mtpforge verify", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
-    for k in ("identical", "tokens", "drafted", "accepted", "acceptance", "acceptance_by_position", "hidden",
-              "hidden_variants", "accepted_per_verify", "baseline_tok_s", "mtp_tok_s", "speedup"):
-        if k in r:
-            v = r[k]
-            if isinstance(v, float):
-                v = f"{v:.3f}"
-            t.add_row(k, str(v))
+    pct = {"acceptance", "acceptance_by_position", "hidden_variants"}
+    for k in ("family", "layout", "draft_token", "identical", "tokens", "drafted", "accepted", "acceptance",
+              "acceptance_by_position", "hidden", "hidden_variants", "accepted_per_verify", "tokens_per_verify",
+              "baseline_tok_s", "mtp_tok_s", "speedup"):
+        if k not in r:
+            continue
+        v = r[k]
+        if k in pct and isinstance(v, (int, float)):
+            v = f"{v:.1%}"
+        elif k in pct and isinstance(v, list):
+            v = "  ".join(f"{i + 1}: {a:.1%}" for i, a in enumerate(v))
+        elif k in pct and isinstance(v, dict):
+            v = "  ".join(f"{name}: {a:.1%}" for name, a in v.items())
+        elif k == "speedup" and isinstance(v, float):
+            v = f"{v:.2f}x"
+        elif isinstance(v, float):
+            v = f"{v:.2f}"
+        t.add_row(k, str(v))
     console.print(t)
+    for n in r.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {n}")
     for p in r.get("problems", []):
         console.print(f"[bold red]problem:[/bold red] {p}")
-
 
 
 def render_remove(r: dict[str, Any], console: Console) -> None:

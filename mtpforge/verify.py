@@ -21,14 +21,15 @@ from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
 from .layouts.write import dump_json
 from .progress import Progress
 
-#: Plain-text prompts: every model continues plain text, chat templates differ between models,
-#: and the bundled tiny model's corpus is plain text of these kinds (sentences, counting,
-#: arithmetic, code), so its acceptance is meaningful on them.
+#: Plain text: every model continues plain text, while chat templates differ between models. The
+#: bundled tiny model was trained on generated documents of these kinds (sentences, counting,
+#: arithmetic, code, one per line), so its acceptance is meaningful on them; a real model
+#: continues them as ordinary text and code.
 DEFAULT_PROMPTS: tuple[str, ...] = (
-    "The cat sees the red ball in the garden.",
-    "Count: 5, 6, 7,",
-    "def add_total(x, y):\n",
-    "12 + 30 = 42. 12 times 2 is",
+    "The old man reads the map after the rain.\nCount: 12, 13, 14, 15, 16, 17.\n",
+    "def add_result(x, y):\n    result = x + y\n    return result\n",
+    "Count: 3, 4, 5, 6, 7, 8.\n25 + 17 = 42. 25 times 2 is 50.\n",
+    "A small boat carries seven stones under the bridge.\n",
 )
 
 
