@@ -213,7 +213,9 @@ def stream_range(
                     skip = first
                 else:
                     raise NetworkError(f"unexpected HTTP {r.status_code} for {what}", "retry later")
-                for chunk in r.iter_bytes(CHUNK):
+                # no chunk_size: a buffered chunk would be lost when the connection drops,
+                # and resuming is only worth it for bytes that reached the disk
+                for chunk in r.iter_bytes():
                     received += len(chunk)
                     if skip:
                         drop = min(skip, len(chunk))
