@@ -76,7 +76,7 @@ class OracleDrafter:
         self.seen = 1  # the first prompt token has no pair
         self.steps: list[int] = []
 
-    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[list[int], list[Any]]:
+    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[mx.array, list[Any]]:
         assert pend_h.shape[1] == len(pend_x), "one hidden state per pending token"
         self.seen += len(pend_x)
         drafts = []
@@ -84,7 +84,7 @@ class OracleDrafter:
             pos = self.seen + j
             true = self.full[pos] if pos < len(self.full) else 0
             drafts.append((true + 1) % self.vocab if self.wrong(pos) else true)
-        return drafts, [None] * k
+        return mx.array(drafts), [None] * k
 
 
 def _wrong_sometimes(pos: int) -> bool:
@@ -230,8 +230,8 @@ def test_speculative_sampling_emits_the_backbones_distribution() -> None:
     counts = np.zeros(5)
     for _ in range(n):
         d, q = ch.draft(q_logits)
-        k, nxt = ch.judge(mx.stack([p_logits, p_logits]), [d], [q])
-        counts[d if k == 1 else nxt] += 1
+        k, nxt, ds = ch.judge(mx.stack([p_logits, p_logits]), d, [q])
+        counts[ds[0] if k == 1 else nxt] += 1
     p = np.exp(np.array(p_logits)) / np.exp(np.array(p_logits)).sum()
     assert np.abs(counts / n - p).max() < 0.015
     # and not just q: the draft distribution alone is far from p

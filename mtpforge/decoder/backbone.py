@@ -68,19 +68,19 @@ class Backbone:
     def make_cache(self) -> list[Any]:
         return self.model.make_cache()
 
-    def embed(self, tokens: list[int]) -> mx.array:
+    def embed(self, tokens: list[int] | mx.array) -> mx.array:
         """Embeddings [1, L, H] of ``tokens`` (the backbone's table, shared with the head)."""
-        return self.inner.embed_tokens(mx.array([tokens]))
+        return self.inner.embed_tokens(_row(tokens))
 
     def lm_head(self, z: mx.array) -> mx.array:
         if self.args.tie_word_embeddings:
             return self.inner.embed_tokens.as_linear(z)
         return self.lm_module.lm_head(z)
 
-    def __call__(self, tokens: list[int], cache: list[Any], hidden: str) -> tuple[mx.array, mx.array]:
+    def __call__(self, tokens: list[int] | mx.array, cache: list[Any], hidden: str) -> tuple[mx.array, mx.array]:
         """Logits [1, L, V] and the chosen hidden state [1, L, H] for ``tokens`` appended to
-        ``cache``."""
-        logits = self.model(mx.array([tokens]), cache=cache)
+        ``cache`` (lazy: nothing is computed until evaluated)."""
+        logits = self.model(_row(tokens), cache=cache)
         h = self.tap.seen.pre if hidden == "pre" else self.tap.seen.post
         assert h is not None
         return logits, h
@@ -89,6 +89,10 @@ class Backbone:
     def eos_ids(self) -> set[int]:
         ids = getattr(self.tokenizer, "eos_token_ids", None) or []
         return {int(i) for i in ids}
+
+
+def _row(tokens: list[int] | mx.array) -> mx.array:
+    return tokens.reshape(1, -1) if isinstance(tokens, mx.array) else mx.array([tokens])
 
 
 def _without_mtp(model_class: type) -> type:

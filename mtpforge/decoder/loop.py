@@ -72,7 +72,10 @@ class Drafter(Protocol):
 
     def reset(self) -> None: ...
 
-    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[list[int], list[Any]]: ...
+    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[mx.array, list[Any]]:
+        """``k`` draft tokens as an int array [k] (may be lazy) and, when sampling, the
+        distribution each was drawn from."""
+        ...
 
 
 class HeadDrafter:
@@ -85,20 +88,20 @@ class HeadDrafter:
     def reset(self) -> None:
         self.cache = self.head.make_cache()
 
-    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[list[int], list[Any]]:
+    def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[mx.array, list[Any]]:
         """``k`` draft tokens; the head's cache ends holding the real pairs only."""
         bb, head = self.bb, self.head
         z = head(pend_h, bb.embed(pend_x), cache=self.cache)[:, -1:]
-        drafts: list[int] = []
+        drafts: list[mx.array] = []
         qs: list[Any] = []
         for j in range(k):
             if j:
-                z = head(z, bb.embed([drafts[-1]]), cache=self.cache)
+                z = head(z, bb.embed(drafts[-1]), cache=self.cache)
             d, q = chooser.draft(bb.lm_head(z)[0, -1])
             drafts.append(d)
             qs.append(q)
         trim(self.cache, k - 1)
-        return drafts, qs
+        return mx.concatenate(drafts), qs
 
 
 def mtp_decode(
@@ -117,10 +120,10 @@ def mtp_decode(
     pend_h, pend_x = hid, prompt[1:] + [tok]
     while len(out) < max_tokens and tok not in eos:
         k = min(depth, max_tokens - len(out))
-        drafts, qs = drafter.draft(pend_h, pend_x, k, chooser)
+        draft_arr, qs = drafter.draft(pend_h, pend_x, k, chooser)
         snap = snapshot(cache)
-        logits, hid = bb([tok] + drafts, cache, hidden)
-        n, nxt = chooser.judge(logits[0], drafts, qs)
+        logits, hid = bb(mx.concatenate([mx.array([tok], dtype=mx.int32), draft_arr.astype(mx.int32)]), cache, hidden)
+        n, nxt, drafts = chooser.judge(logits[0], draft_arr, qs)
         run.verify_passes += 1
         for i in range(k):
             run.drafted[i] += 1

@@ -40,27 +40,34 @@ class Chooser:
             return int(mx.argmax(logits).item())
         return self._draw(_probs(logits, self.temp))
 
-    def draft(self, logits: mx.array) -> tuple[int, np.ndarray | None]:
-        """A draft token from the head's logits [V], and q (None when greedy)."""
-        if self.greedy:
-            return int(mx.argmax(logits).item()), None
-        q = _probs(logits, self.temp)
-        return self._draw(q), q
+    def draft(self, logits: mx.array) -> tuple[mx.array, np.ndarray | None]:
+        """A draft token [1] from the head's logits [V], and q (None when greedy).
 
-    def judge(self, logits: mx.array, drafts: list[int], qs: list[np.ndarray | None]) -> tuple[int, int]:
-        """(number of drafts accepted, the token that follows them) given the backbone's
-        logits [k+1, V] over [last confirmed, drafts...]."""
+        Greedy drafts stay lazy, so drafting and the verify pass run as one graph with a single
+        synchronisation per step (tiny models are overhead-bound on the CPU, SPEC §4).
+        """
         if self.greedy:
-            best = mx.argmax(logits, axis=-1).tolist()
+            return mx.argmax(logits, keepdims=True).astype(mx.int32), None
+        q = _probs(logits, self.temp)
+        return mx.array([self._draw(q)], dtype=mx.int32), q
+
+    def judge(self, logits: mx.array, drafts: mx.array, qs: list[np.ndarray | None]) -> tuple[int, int, list[int]]:
+        """(number of drafts accepted, the token that follows them, the drafts) given the
+        backbone's logits [k+1, V] over [last confirmed, drafts...] and the drafts [k]."""
+        if self.greedy:
+            best_a = mx.argmax(logits, axis=-1)
+            mx.eval(best_a, drafts)
+            best, ds = best_a.tolist(), drafts.tolist()
             n = 0
-            while n < len(drafts) and drafts[n] == best[n]:
+            while n < len(ds) and ds[n] == best[n]:
                 n += 1
-            return n, int(best[n])
+            return n, int(best[n]), ds
+        ds = drafts.tolist()
         p = _probs(logits, self.temp)
-        for i, (d, q) in enumerate(zip(drafts, qs)):
+        for i, (d, q) in enumerate(zip(ds, qs)):
             assert q is not None
             if self.rng.random() < min(1.0, p[i, d] / q[d]):
                 continue
             residual = np.maximum(p[i] - q, 0.0)
-            return i, self._draw(residual if residual.sum() > 0 else p[i])
-        return len(drafts), self._draw(p[len(drafts)])
+            return i, self._draw(residual if residual.sum() > 0 else p[i]), ds
+        return len(ds), self._draw(p[len(ds)]), ds
