@@ -239,3 +239,22 @@ def test_token_is_sent_and_never_written_or_printed(hub, synth, make_target):
         for p in root.rglob("*"):
             if p.is_file() and not p.is_symlink():
                 assert token.encode() not in p.read_bytes(), p
+
+
+def test_single_file_repo_without_index(hub, synth, make_target):
+    """Small releases ship one model.safetensors and no index: the head is found in its header."""
+    src = synth.hf("qwen3_5", n_shards=1, mtp_shards=1)
+    assert not (src / "model.safetensors.index.json").exists()
+    repo, _ = hub.publish(src)
+    want = local_reference(src, make_target("qwen3_5"), precision="bf16")
+    tgt = make_target("qwen3_5")
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16")
+    assert r.code == 0, r.stderr
+    assert written_state(tgt) == want
+    assert r.json["fetched_bytes"] == hub.tensor_bytes(repo) <= 1.02 * mtp_source_bytes(src)
+
+
+def test_gated_repo_fails_in_one_line(hub, synth, make_target):
+    repo, _ = hub.publish(synth.hf("qwen3_5"), gated=True)
+    err = hub.run("add-mtp", "--source", repo, "--target", str(make_target("qwen3_5"))).assert_one_line_error(2)
+    assert "gated" in err["message"] and "HF_TOKEN" in err["fix"]

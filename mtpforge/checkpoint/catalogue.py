@@ -72,7 +72,8 @@ def load_catalogue(store: Store, *, all_safetensors: bool = True) -> Catalogue:
         index = {k: safe_relpath(v) for k, v in wm.items()}
     cat = Catalogue(store=store, config=config, index=index, files=files)
     wanted: list[str] = []
-    if all_safetensors:
+    # without an index (single-file releases) the weight files themselves are the only listing
+    if all_safetensors or index is None:
         wanted = [f for f in files if f.endswith(".safetensors")]
     if index is not None:
         wanted += [f for f in sorted(set(index.values())) if f not in wanted and store.exists(f)]
