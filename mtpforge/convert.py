@@ -8,10 +8,13 @@ Only one slice is alive at a time.
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 import mlx.core as mx
+import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes, to_mx
@@ -20,6 +23,9 @@ from .passes.norms import NORM_OFFSET
 from .passes.quantize import cast, quantize
 from .plan import OutModule, Plan
 from .writer.safetensors_stream import SafetensorsWriter
+
+#: output float dtype -> the safetensors dtype whose bytes pass through unchanged
+_ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 #: read(info, start, end) -> bytes within one source tensor
 Reader = Callable[[TensorInfo, int, int], bytes]
@@ -33,6 +39,8 @@ def transform_slice(
     m: OutModule, raw: bytes, info: TensorInfo, shape: tuple[int, ...], scale: mx.array | None
 ) -> dict[str, bytes]:
     """The pure part: one slice's source bytes -> output bytes per suffix."""
+    if m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
+        return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
     w = to_mx(_slice_info(info, shape), raw)
     if info.dtype == "F8_E4M3":
         assert scale is not None
@@ -45,11 +53,28 @@ def transform_slice(
     return {sfx: to_bytes(a) for sfx, a in quantize(w, m.q, m.float_dtype).items()}
 
 
+#: Source bytes converted per step. A large 2-D slice (q_proj of a 2048-wide head is 32 MiB in
+#: bf16, ~200 MiB through decode/float32/cast/bytes) is split into equal row blocks: casting and
+#: quantizing are row-wise (groups run along the last axis), so the bytes are identical.
+BLOCK_BYTES = 4 << 20
+
+
+def row_blocks(shape: tuple[int, ...], nbytes: int, dtype: str) -> int:
+    """Equal row blocks per slice (a divisor of the row count), each at most BLOCK_BYTES."""
+    if len(shape) < 2 or nbytes <= BLOCK_BYTES or dtype == "F8_E4M3":  # FP8 scales are per 128x128 block
+        return 1
+    rows = shape[0]
+    for k in range(2, rows + 1):
+        if rows % k == 0 and nbytes // k <= BLOCK_BYTES:
+            return k
+    return rows
+
+
 def write_plan(
     plan: Plan, path: Path, entries: Mapping[str, TensorInfo], read: Reader,
     metadata: dict[str, str] | None = None, on_progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Write the plan's head into a new file at ``path``."""
+    """Write the plan's head into a new file at ``path``, one row block of one slice at a time."""
     specs = plan.specs()
     with SafetensorsWriter(path, specs, metadata or {"format": "mlx"}) as w:
         for m in plan.modules:
@@ -57,32 +82,98 @@ def write_plan(
             n = len(m.slices)
             for e, sl in enumerate(m.slices):
                 info = entries[sl.src]
-                raw = read(info, sl.start, sl.end)
                 scale = None
                 if info.dtype == "F8_E4M3":
                     sinfo = entries[f"{sl.src}_scale_inv"]
                     scale = to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
-                out = transform_slice(m, raw, info, sl.shape, scale)
-                for sfx, data in out.items():
-                    key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))
-                    w.write(key, data, e, n)
+                k = row_blocks(sl.shape, sl.end - sl.start, info.dtype)
+                step = (sl.end - sl.start) // k
+                shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
+                for j in range(k):
+                    raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
+                    out = transform_slice(m, raw, info, shape, scale)
+                    del raw
+                    for sfx, data in out.items():
+                        key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))
+                        w.write(key, data, e * k + j, n * k)
+                    del out
                 if on_progress:
                     on_progress(sl.end - sl.start)
 
 
-def tensor_digests(path: Path, keys: Mapping[str, TensorInfo]) -> dict[str, str]:
-    """sha256 of every tensor's bytes in a written file (re-read, streaming)."""
-    out = {}
-    with open(path, "rb") as f:
-        for k, info in keys.items():
-            f.seek(info.begin)
+@dataclass
+class HeadScan:
+    """One sequential pass over a written head file: what the manifest records (per-tensor and
+    whole-file sha256) and what validation checks (NaN/Inf, all-zero projections or scales),
+    without ever holding more than one chunk — ``inspect``'s own data check reads whole tensors,
+    i.e. a whole expert stack (hundreds of MB at 512 experts)."""
+
+    digests: dict[str, str] = field(default_factory=dict)
+    file_sha256: str = ""
+    nonfinite: list[str] = field(default_factory=list)
+    degenerate: list[str] = field(default_factory=list)
+
+
+#: bits of the exponent field per float dtype: all ones means Inf or NaN
+_EXP_MASK = {"BF16": ("<u2", 0x7F80), "F16": ("<u2", 0x7C00), "F32": ("<u4", 0x7F800000)}
+_ABS_MASK = {"<u2": {"BF16": 0x7FFF, "F16": 0x7FFF}, "<u4": {"F32": 0x7FFFFFFF}}
+_CHUNK = 1 << 22
+
+
+def scan_head(path: Path, keys: Mapping[str, TensorInfo]) -> HeadScan:
+    """Digests and data checks of every tensor in ``path``, reading it once from start to end."""
+    out = HeadScan()
+    whole = hashlib.sha256()
+    infos = sorted(keys.items(), key=lambda kv: kv[1].begin)
+    # the whole-file hash runs in a second thread (hashlib releases the GIL on large buffers):
+    # two sha256 passes over GBs are most of this function's time; one chunk in flight
+    pool = ThreadPoolExecutor(1)
+    pending: list[Future[None]] = []
+
+    def feed(chunk: bytes) -> None:
+        if pending:
+            pending.pop().result()
+        pending.append(pool.submit(whole.update, chunk))
+
+    with pool, open(path, "rb") as f:
+        pos = 0
+        for k, info in infos:
+            if info.begin > pos:
+                feed(f.read(info.begin - pos))
             h = hashlib.sha256()
             left = info.nbytes
+            finite, nonzero = True, False
+            float_kind = _EXP_MASK.get(info.dtype)
             while left:
-                chunk = f.read(min(left, 1 << 24))
+                chunk = f.read(min(left, _CHUNK))
                 if not chunk:
                     raise OSError(f"{path} is shorter than its header says")
+                feed(chunk)
                 h.update(chunk)
                 left -= len(chunk)
-            out[k] = h.hexdigest()
+                if float_kind is not None:
+                    u = np.frombuffer(chunk, dtype=float_kind[0])
+                    if finite and bool(np.any((u & float_kind[1]) == float_kind[1])):
+                        finite = False
+                    if not nonzero and bool(np.any(u & _ABS_MASK[float_kind[0]][info.dtype])):
+                        nonzero = True  # -0.0 counts as zero, as `a != 0` does
+                elif not nonzero and chunk.count(0) != len(chunk):
+                    nonzero = True
+            pos = info.end
+            out.digests[k] = h.hexdigest()
+            is_proj = k.endswith(".scales") or (len(info.shape) >= 2 and not k.endswith(".biases"))
+            if not finite:
+                out.nonfinite.append(k)
+            elif is_proj and info.nbytes and not nonzero:
+                out.degenerate.append(k)
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            feed(chunk)
+        if pending:
+            pending.pop().result()
+    out.file_sha256 = whole.hexdigest()
     return out
+
+
+def tensor_digests(path: Path, keys: Mapping[str, TensorInfo]) -> dict[str, str]:
+    """sha256 of every tensor's bytes in a written file (re-read, streaming)."""
+    return scan_head(path, keys).digests
