@@ -13,8 +13,11 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from mtpforge.checkpoint.catalogue import load_catalogue
+from mtpforge.checkpoint.fetch import SLACK, plan_runs
+from mtpforge.checkpoint.safetensors_header import TensorInfo
 from mtpforge.checkpoint.store import LocalStore
 from mtpforge.layouts.table import MANIFEST
 from mtpforge.pipeline import add_mtp
@@ -258,3 +261,35 @@ def test_gated_repo_fails_in_one_line(hub, synth, make_target):
     repo, _ = hub.publish(synth.hf("qwen3_5"), gated=True)
     err = hub.run("add-mtp", "--source", repo, "--target", str(make_target("qwen3_5"))).assert_one_line_error(2)
     assert "gated" in err["message"] and "HF_TOKEN" in err["fix"]
+
+
+# ----------------------------------------------------------------------------- coalescing
+
+
+@st.composite
+def _spans(draw):
+    """Wanted tensors in a few files: non-overlapping spans with random gaps (some zero)."""
+    infos, n = [], 0
+    for f in range(draw(st.integers(1, 3))):
+        pos = draw(st.integers(0, 100))
+        for _ in range(draw(st.integers(1, 12))):
+            pos += draw(st.sampled_from([0, 0, 1, 7, 300, 5000]))
+            size = draw(st.integers(1, 4000))
+            infos.append(TensorInfo(f"t{n}", f"f{f}", "U8", (size,), pos, pos + size))
+            pos += size
+            n += 1
+    return infos
+
+
+@settings(max_examples=200, deadline=None)
+@given(_spans())
+def test_runs_cover_every_tensor_within_the_slack(infos):
+    runs = plan_runs(infos)
+    wanted = sum(i.nbytes for i in infos)
+    assert sum(r.nbytes for r in runs) <= wanted * (1 + SLACK)
+    for i in infos:
+        assert sum(1 for r in runs if r.file == i.file and r.start <= i.begin and i.end <= r.end) == 1, i
+    for f in {r.file for r in runs}:
+        mine = sorted((r.start, r.end) for r in runs if r.file == f)
+        # disjoint and never touching: touching spans always share one request
+        assert all(a[1] < b[0] for a, b in zip(mine, mine[1:])), mine

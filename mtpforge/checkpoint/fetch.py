@@ -156,7 +156,7 @@ def _fetch_run(store: HubStore, run: Run, dest: Path, advance) -> int:
     try:
         with open(tmp, "wb") as f:
             received = stream_range(store.url(run.file), run.start, run.end, f, file_size=store.size(run.file),
-                                    what=f"{run.file} of {store.name}", on_bytes=advance)
+                                    what=f"{run.file} of {store.short_name}", on_bytes=advance)
             f.flush()
             os.fsync(f.fileno())
         if tmp.stat().st_size != run.nbytes:

@@ -113,7 +113,7 @@ def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
     level = hf_logger.level
     hf_logger.setLevel(logging.ERROR)
     endpoint = constants.ENDPOINT
-    rev = f"@{revision}" if revision else ""
+    rev = f"@{revision[:12] if _SHA.match(revision) else revision}" if revision else ""
     try:
         yield
     except MtpforgeError:
@@ -140,7 +140,8 @@ def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
         hint = {401: "set HF_TOKEN to a valid token", 403: "check that your token may read this repo",
                 429: "you are rate limited; wait a few minutes and retry"}.get(status if isinstance(status, int) else 0,
                                                                             "retry later; check HF_ENDPOINT and your connection")
-        raise NetworkError(f"{endpoint} answered HTTP {status} for {repo_id}{rev} after retries", hint) from None
+        retried = " after retries" if status in (408, 429) or (isinstance(status, int) and status >= 500) else ""
+        raise NetworkError(f"{endpoint} answered HTTP {status} for {repo_id}{rev}{retried}", hint) from None
     except httpx2.TimeoutException:
         raise NetworkError(
             f"{endpoint} did not answer in time for {repo_id}{rev} (timeout {constants.HF_HUB_DOWNLOAD_TIMEOUT}s, retried)",
@@ -305,6 +306,11 @@ class HubStore:
     def name(self) -> str:
         return f"{self.repo_id}@{self.commit}"
 
+    @property
+    def short_name(self) -> str:
+        """For messages: the commit abbreviated as git does."""
+        return f"{self.repo_id}@{self.commit[:12]}"
+
     def list_files(self) -> list[str]:
         return sorted(self._files)
 
@@ -337,7 +343,7 @@ class HubStore:
 
         buf = io.BytesIO()
         with hub_errors(self.repo_id, self.commit):
-            stream_range(self.url(rel), start, end, buf, file_size=size, what=f"{rel} of {self.name}", full_ok=True)
+            stream_range(self.url(rel), start, end, buf, file_size=size, what=f"{rel} of {self.short_name}", full_ok=True)
         data = buf.getvalue()
         if len(data) != end - start:
             raise NetworkError(f"got {len(data)} of {end - start} bytes of {rel} from {self.name}", "retry")
