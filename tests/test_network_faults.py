@@ -134,3 +134,14 @@ def test_fault_fails_in_one_line_and_leaves_everything_whole(hub, synth, make_ta
     assert written_state(tgt) == clean
     total, _ = cache_files(hub.home)
     assert r2.json["fetched_bytes"] == hub.tensor_bytes(repo) == total - cached
+
+
+def test_inspect_reads_headers_even_when_range_is_ignored(hub, synth):
+    """A server that answers Range with the whole file: inspect takes the header bytes from the
+    start of the stream and hangs up, with the same report as against a well-behaved server."""
+    repo, _ = hub.publish(synth.target(VARIANT))
+    clean_report = hub.run("inspect", repo, hf_home=hub.home / "a", **FAST)
+    fault = hub.fault("ignore_range", repo=repo, times=-1, data_only=False)
+    r = hub.run("inspect", repo, hf_home=hub.home / "b", **FAST)
+    assert fault.fired >= 2 and r.code == clean_report.code == 1
+    assert r.json == clean_report.json

@@ -150,6 +150,9 @@ def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
         raise NetworkError(f"cannot reach {endpoint} for {repo_id}{rev} ({e.__class__.__name__})",
                            "check your connection and HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use the cache") from None
     except OSError as e:
+        if isinstance(e, PermissionError):
+            raise RefusedError(f"cannot write the download cache under {constants.HF_HUB_CACHE} ({e.strerror})",
+                               "make it writable, or point HF_HOME / HF_HUB_CACHE to a writable folder") from None
         if e.errno == errno.ENOSPC:
             raise RefusedError(f"no space left while caching {repo_id} under {constants.HF_HUB_CACHE}",
                                "free some space or point HF_HOME / HF_HUB_CACHE to a larger disk") from None

@@ -482,8 +482,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN`")
     ap.add_argument("--log", default=None, help="append one JSON line per request to this file")
+    ap.add_argument("--fault", action="append", default=[], metavar="KIND[:KEY=VALUE,...]",
+                    help="inject a fault, e.g. slow:delay=0.2,times=-1 or drop:fraction=0.5,files=model-0000[23]*")
     args = ap.parse_args(argv)
     server = HubServer(port=args.port, token=args.token, log_file=args.log)
+    for spec in args.fault:
+        kind, _, rest = spec.partition(":")
+        kw: dict[str, Any] = {}
+        for item in filter(None, rest.split(",")):
+            key, _, value = item.partition("=")
+            kw[key] = value if key in ("repo", "files") else (value.lower() == "true" if key == "data_only" else float(value))
+        for key in ("times", "status", "retry_after"):
+            if key in kw:
+                kw[key] = int(kw[key])
+        try:
+            server.add_fault(Fault(kind, **kw))
+        except (TypeError, ValueError) as e:
+            ap.error(f"--fault {spec!r}: {e}")
     for spec in args.repo:
         name, _, path = spec.partition("=")
         repo, _, rev = name.partition("@")
