@@ -80,6 +80,23 @@ def test_inspect_raw_source_repo_reads_only_norm_tensors(hub, synth):
     assert 0 < hub.tensor_bytes(repo) < 64 * 1024
 
 
+def test_inspect_with_a_hub_source_fetches_only_its_norms(hub, synth, make_target):
+    """``inspect --source org/name`` decides the norm convention exactly, from the source's norm
+    tensors only (a few KB), never from its projections or experts."""
+    variant = "qwen3_6_moe"
+    src = synth.hf(variant)
+    repo, _ = hub.publish(src)
+    tgt = make_target(variant)
+    add_mtp(source=str(src), target=str(tgt), precision="bf16", progress=False)
+    (tgt / MANIFEST).unlink()  # no manifest: the convention must come from the source
+    r = hub.run("inspect", str(tgt), "--source", repo)
+    assert r.json["norm_convention"] == "shifted" and r.json["norm_convention_from"] == "source", r.stdout
+    infos = {(i.file, i.begin, i.end): i for i in load_catalogue(LocalStore(src)).tensors.values()}
+    got = [infos[(e.file, *(int(x) + k for k, x in enumerate(e.range.removeprefix("bytes=").split("-"))))]
+           for e in hub.log(repo) if e.tensor_bytes]
+    assert got and all(len(i.shape) == 1 and i.name.startswith("mtp.") for i in got), [i.name for i in got]
+
+
 # ----------------------------------------------------------------------------- add-mtp
 
 @pytest.mark.parametrize("variant", VARIANTS)

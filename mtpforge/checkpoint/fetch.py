@@ -49,7 +49,7 @@ STALE_PART_SECONDS = 3600
 
 @dataclass
 class FetchResult:
-    mode: str  # "ranges" | "shards" | "cached" — how the bytes were obtained by this run
+    mode: str  # "ranges" | "shards" | "ranges+shards" | "cached": how this run obtained the bytes
     fetched_bytes: int  # tensor-data bytes downloaded by this run (0 when everything was cached)
     where: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     requests: int = 0
@@ -181,7 +181,10 @@ def _data_bytes(path: str) -> int:
 
 def _cached_shard(store: HubStore, file: str) -> str | None:
     p = try_to_load_from_cache(store.repo_id, file, revision=store.commit)
-    return p if isinstance(p, str) and os.path.getsize(p) == store.size(file) else None
+    try:
+        return p if isinstance(p, str) and os.path.getsize(p) == store.size(file) else None
+    except OSError:  # a snapshot link whose blob was cleaned away
+        return None
 
 
 def _transient(e: BaseException) -> bool:
@@ -275,7 +278,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
             for i in missing:
                 if i.file == f:
                     res.where[i.name] = (path, i.begin, i.nbytes)
-    res.mode = "shards"
+    res.mode = "ranges+shards" if res.mode == "ranges" else "shards"
     return res
 
 
