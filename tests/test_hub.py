@@ -219,6 +219,26 @@ def test_offline_after_one_online_run_needs_no_server(hub, synth, make_target):
     assert hub.log() == [] and folder_state(tgt) == folder_state(first)
 
 
+def test_offline_from_a_snapshot_download_cache(hub, synth, make_target):
+    """A repo fetched earlier by other HF tools (``snapshot_download``) is enough offline: the
+    HF cache's snapshot stands in for the Hub, read in place."""
+    import subprocess
+    import sys
+
+    src = synth.hf("qwen3_6_moe")
+    repo, _ = hub.publish(src)
+    p = subprocess.run([sys.executable, "-c", f"from huggingface_hub import snapshot_download; snapshot_download({repo!r})"],
+                       env=hub.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    want = local_reference(src, make_target("qwen3_6_moe"), precision="bf16")
+    hub.server.clear_log()
+    tgt = make_target("qwen3_6_moe")
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16", HF_HUB_OFFLINE="1")
+    assert r.code == 0, r.stderr
+    assert r.json["fetch_mode"] == "cached" and r.json["fetched_bytes"] == 0
+    assert hub.log() == [] and written_state(tgt) == want
+
+
 def test_unknown_repo_fails_in_one_line(hub, make_target):
     tgt = make_target("qwen3_5")
     before = folder_state(tgt)

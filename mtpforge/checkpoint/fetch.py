@@ -30,12 +30,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx2
-from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from ..errors import InputError, NetworkError, RefusedError
 from ..progress import Progress, TqdmBridge
-from .hub import HubStore, RangeIgnoredError, hub_errors, repo_cache_dir, retry_wait, stream_range
+from .hub import HubStore, RangeIgnoredError, snapshot_file, hub_errors, repo_cache_dir, retry_wait, stream_range
 from .safetensors_header import TensorInfo
 from .store import Store
 
@@ -180,11 +180,7 @@ def _data_bytes(path: str) -> int:
 
 
 def _cached_shard(store: HubStore, file: str) -> str | None:
-    p = try_to_load_from_cache(store.repo_id, file, revision=store.commit)
-    try:
-        return p if isinstance(p, str) and os.path.getsize(p) == store.size(file) else None
-    except OSError:  # a snapshot link whose blob was cleaned away
-        return None
+    return snapshot_file(store.repo_id, store.commit, file, store.size(file))
 
 
 def _transient(e: BaseException) -> bool:

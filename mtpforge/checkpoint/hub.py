@@ -30,7 +30,7 @@ from typing import BinaryIO, Callable, Iterator
 from urllib.parse import quote
 
 import httpx2
-from huggingface_hub import constants, hf_hub_url
+from huggingface_hub import constants, hf_hub_url, try_to_load_from_cache
 from huggingface_hub.errors import (
     DisabledRepoError,
     EntryNotFoundError,
@@ -339,6 +339,13 @@ class HubStore:
         small = end - start <= SMALL_READ
         if small and (data := self._cache.get(rel, start, end)) is not None:
             return data
+        local = snapshot_file(self.repo_id, self.commit, rel, size)
+        if local is not None:  # already in the HF cache (an earlier --fetch shards, `hf download`)
+            with open(local, "rb") as f:
+                f.seek(start)
+                data = f.read(end - start)
+            if len(data) == end - start:
+                return data
         if self.offline:
             raise NetworkError(f"HF_HUB_OFFLINE is set and bytes {start}..{end} of {rel} in {self.name} are not cached",
                                "unset HF_HUB_OFFLINE, or run once online to fill the cache")
@@ -356,6 +363,43 @@ class HubStore:
 
     def read_bytes(self, rel: str) -> bytes:
         return self.read_range(rel, 0, self.size(rel))
+
+
+def snapshot_file(repo_id: str, commit: str, rel: str, size: int) -> str | None:
+    """The complete file in the ordinary HF cache, if it is there."""
+    p = try_to_load_from_cache(repo_id, rel, revision=commit)
+    try:
+        return p if isinstance(p, str) and os.path.getsize(p) == size else None
+    except OSError:  # a snapshot link whose blob was cleaned away
+        return None
+
+
+def _snapshot_listing(repo_id: str, revision: str) -> tuple[str | None, dict[str, int] | None]:
+    """Offline, a snapshot that ``hf download`` left in the HF cache can stand in for the file
+    list — when it is complete enough to trust: every file its index names is present."""
+    repo_dir = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+    commit: str | None = revision if _SHA.match(revision) else None
+    if commit is None:
+        with contextlib.suppress(OSError):
+            commit = (repo_dir / "refs" / revision).read_text("utf-8").strip() or None
+    snap = repo_dir / "snapshots" / commit if commit else None
+    if snap is None or not (snap / "config.json").is_file():
+        return None, None
+    files: dict[str, int] = {}
+    for dirpath, _, filenames in os.walk(snap):
+        for fn in filenames:
+            with contextlib.suppress(OSError):
+                p = Path(dirpath, fn)
+                files[p.relative_to(snap).as_posix()] = p.stat().st_size
+    index = snap / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            wm = json.loads(index.read_text("utf-8")).get("weight_map", {})
+        except (OSError, ValueError, AttributeError):
+            return None, None
+        if not isinstance(wm, dict) or any(f not in files for f in set(wm.values())):
+            return None, None
+    return commit, files
 
 
 def _model_info(repo_id: str, revision: str) -> ModelInfo:
@@ -383,6 +427,8 @@ def open_store(repo_id: str, revision: str | None = None) -> HubStore:
             with contextlib.suppress(OSError):
                 commit = _ref_path(repo_id, rev).read_text("utf-8").strip() or None
         files = CommitCache(repo_id, commit).load_files() if commit else None
+        if files is None:
+            commit, files = _snapshot_listing(repo_id, rev)
         if commit is None or files is None:
             raise NetworkError(f"HF_HUB_OFFLINE is set and {repo_id}@{rev} has not been read on this machine before",
                                "unset HF_HUB_OFFLINE to download it, or run once online to fill the cache")

@@ -2,7 +2,8 @@
 
 It serves repos published from local folders to the *real* ``huggingface_hub`` client (point
 ``HF_ENDPOINT`` at it), answering exactly the requests that client makes: ``model_info``
-(``GET /api/models/{repo}[/revision/{rev}]``), file metadata (``HEAD /{repo}/resolve/{rev}/{file}``)
+(``GET /api/models/{repo}[/revision/{rev}]``), ``list_repo_tree`` (``/api/models/{repo}/tree/{rev}``,
+for ``snapshot_download``), file metadata (``HEAD /{repo}/resolve/{rev}/{file}``)
 and downloads (``GET`` of the same URL, honouring ``Range`` with ``206`` + ``Content-Range``), with
 the headers the real Hub sends (``ETag``, ``X-Repo-Commit``, ``Content-Length``, ``Accept-Ranges``)
 and its typed errors (``X-Error-Code: RepoNotFound | RevisionNotFound | EntryNotFound | GatedRepo``).
@@ -297,7 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
         entry = LogEntry(method, url.path, None, None, None, self.headers.get("Range"), 0,
                          authorization=self.headers.get("Authorization"))
         try:
-            if parts[:2] == ["api", "models"] and len(parts) >= 4:
+            if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
+                entry.repo, entry.revision, entry.file = f"{parts[2]}/{parts[3]}", parts[5], "/".join(parts[6:]) or None
+                self._tree(entry, method, "recursive=true" in (url.query or "").lower())
+            elif parts[:2] == ["api", "models"] and len(parts) >= 4:
                 entry.repo = f"{parts[2]}/{parts[3]}"
                 rev = parts[5] if len(parts) == 6 and parts[4] == "revision" else None
                 if len(parts) not in (4, 6) or (len(parts) == 6 and rev is None):
@@ -366,6 +370,33 @@ class _Handler(BaseHTTPRequestHandler):
             "gated": False, "disabled": False, "downloads": 0, "likes": 0, "tags": [], "library_name": "mlx",
             "siblings": siblings,
         }).encode()
+        self._send(entry, 200, {"Content-Type": "application/json"}, body, method)
+
+    def _tree(self, entry: LogEntry, method: str, recursive: bool) -> None:
+        """``list_repo_tree`` (what ``snapshot_download`` lists a commit with): one page."""
+        commit = self._lookup(entry, entry.revision or "main")
+        if commit is None:
+            return
+        base = (entry.file or "").strip("/")
+        prefix = base + "/" if base else ""
+        items: dict[str, dict[str, Any]] = {}
+        for rel, f in sorted(commit.files.items()):
+            if not rel.startswith(prefix):
+                continue
+            rest = rel[len(prefix):].split("/")
+            for depth in range(1, len(rest)):  # the folders on the way
+                d = prefix + "/".join(rest[:depth])
+                if recursive or depth == 1:
+                    items.setdefault(d, {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d})
+            if recursive or len(rest) == 1:
+                item: dict[str, Any] = {"type": "file", "oid": hashlib.sha1(f.etag.encode()).hexdigest(), "size": f.size, "path": rel}
+                if rel.endswith(".safetensors"):
+                    item["lfs"] = {"oid": f.etag, "size": f.size, "pointerSize": 134}
+                items[rel] = item
+        if base and not items:
+            self._error(entry, 404, "EntryNotFound", f"{base} does not exist", {"X-Repo-Commit": commit.sha})
+            return
+        body = json.dumps([items[k] for k in sorted(items)]).encode()
         self._send(entry, 200, {"Content-Type": "application/json"}, body, method)
 
     def _resolve(self, entry: LogEntry, method: str) -> None:
