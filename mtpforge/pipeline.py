@@ -15,9 +15,9 @@ from typing import Any
 from . import __version__
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
-from .checkpoint.store import LocalStore, Store
+from .checkpoint.store import LocalStore, Store, safe_relpath
 from .convert import Reader, tensor_digests, write_plan
-from .errors import InputError, RefusedError
+from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
@@ -123,9 +123,22 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         m = json.loads(p.read_text("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise RefusedError(f"{p} is not valid JSON", f"delete {p} only if you know what changed, then re-run with --force") from None
-    return m if isinstance(m, dict) else None
+    if not isinstance(m, dict):
+        return None
+    # remove-mtp deletes and rewrites what the manifest names: a hostile one must not reach
+    # outside the folder (``/etc/...``, ``../``)
+    added, changed = m.get("added", []), m.get("changed") or {}
+    try:
+        ok = isinstance(added, list) and isinstance(changed, dict) and all(isinstance(v, dict) for v in changed.values()) \
+            and all(isinstance(r, str) and safe_relpath(r) == r for r in [*added, *changed])
+    except MtpforgeError:
+        ok = False
+    if not ok:
+        raise RefusedError(f"{p} is malformed or names files outside {folder.name}",
+                           f"restore {MANIFEST} from a backup, or delete it and use add-mtp --force")
+    return m
 
 
 def _file_sha(path: Path) -> str:
@@ -229,6 +242,10 @@ def add_mtp(
     if scat.corrupt:
         f, why = next(iter(sorted(scat.corrupt.items())))
         raise RefusedError(f"source file is damaged: {why}", f"re-download {f}")
+    gone = sorted({f for f in (scat.index or {}).values() if not sstore.exists(f)}) if isinstance(sstore, LocalStore) else []
+    if gone:
+        raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
+                           f"re-download {gone[0]} (or the whole source); an incomplete download cannot be trusted")
     if not is_raw_hf(scat):
         raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")

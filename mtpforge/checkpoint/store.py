@@ -84,12 +84,22 @@ class LocalStore:
         return self.path(rel).is_file()
 
     def size(self, rel: str) -> int:
-        return self.path(rel).stat().st_size
+        try:
+            return self.path(rel).stat().st_size
+        except FileNotFoundError:
+            raise
+        except OSError as e:  # a symlink loop, a directory, no permission: a damaged folder, not a bug
+            raise _unreadable(rel, e) from None
 
     def read_range(self, rel: str, start: int, end: int) -> bytes:
-        with open(self.path(rel), "rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
+        try:
+            with open(self.path(rel), "rb") as f:
+                f.seek(start)
+                data = f.read(end - start)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise _unreadable(rel, e) from None
         if len(data) != end - start:
             raise CorruptFileError(
                 f"{rel} is truncated: wanted bytes {start}..{end}, file has {self.size(rel)}",
@@ -98,7 +108,17 @@ class LocalStore:
         return data
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.path(rel).read_bytes()
+        try:
+            return self.path(rel).read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+
+
+def _unreadable(rel: str, e: OSError) -> CorruptFileError:
+    return CorruptFileError(f"cannot read {rel}: {e.strerror or e}",
+                            f"replace {rel} with a regular file (re-download it)")
 
 
 def read_json(store: Store, rel: str) -> dict[str, Any]:
@@ -114,6 +134,9 @@ def read_json(store: Store, rel: str) -> dict[str, Any]:
             f"{rel} in {store.name} is not valid JSON ({e.__class__.__name__}: {e})",
             f"repair or re-download {rel}",
         ) from e
+    except RecursionError:
+        raise CorruptFileError(f"{rel} in {store.name} is not valid JSON (nested too deeply)",
+                               f"repair or re-download {rel}") from None
     if not isinstance(obj, dict):
         raise CorruptFileError(f"{rel} in {store.name} is not a JSON object", f"repair or re-download {rel}")
     return obj

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..errors import CorruptFileError
+
 Shape = tuple[str, ...]
 
 
@@ -119,25 +121,45 @@ def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(tc) if isinstance(tc, dict) else dict(config)
 
 
+#: no released dimension comes near this; a config beyond it is hostile or corrupt, and sizes
+#: computed from it would ask for absurd memory
+MAX_DIM = 1 << 24
+MAX_MTP_LAYERS = 64
+
+
+def config_int(tc: Mapping[str, Any], key: str, default: int | None = None, *, lo: int = 0, hi: int = MAX_DIM) -> int:
+    """An integer config value, strictly: JSON numbers like NaN, 1e30, true or "64" are refused
+    with one clear error rather than crashing a computation later."""
+    v = tc.get(key)
+    if v is None:
+        if default is not None:
+            return default
+        raise CorruptFileError(f"config.json has no {key}", "pass a config.json of a Qwen3.5, Qwen3.6 or Qwen3-Next model")
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise CorruptFileError(f"config.json: {key} is {v!r}, not an integer in {lo}..{hi}",
+                               "repair config.json (or re-download it)")
+    return v
+
+
 def dims(config: Mapping[str, Any]) -> dict[str, int]:
     """Config dimensions that the shape templates use."""
     tc = text_config(config)
-    h = int(tc["hidden_size"])
-    nh = int(tc["num_attention_heads"])
-    d = int(tc.get("head_dim") or h // nh)
-    kv = int(tc.get("num_key_value_heads", nh))
-    im = int(tc.get("moe_intermediate_size") or 0)
+    h = config_int(tc, "hidden_size", lo=1)
+    nh = config_int(tc, "num_attention_heads", lo=1)
+    d = config_int(tc, "head_dim", 0) or h // nh
+    kv = config_int(tc, "num_key_value_heads", nh)
+    im = config_int(tc, "moe_intermediate_size", 0)
     return {
         "H": h, "2H": 2 * h, "D": d, "QD": nh * d, "2QD": 2 * nh * d, "KD": kv * d,
-        "I": int(tc.get("intermediate_size") or 0),
-        "E": int(tc.get("num_experts") or 0), "IM": im, "2IM": 2 * im,
-        "IS": int(tc.get("shared_expert_intermediate_size") or 0), "1": 1,
-        "V": int(tc.get("vocab_size") or 0),
+        "I": config_int(tc, "intermediate_size", 0),
+        "E": config_int(tc, "num_experts", 0), "IM": im, "2IM": 2 * im,
+        "IS": config_int(tc, "shared_expert_intermediate_size", 0), "1": 1,
+        "V": config_int(tc, "vocab_size", 0),
     }
 
 
 def is_moe(config: Mapping[str, Any]) -> bool:
-    return int(text_config(config).get("num_experts") or 0) > 0
+    return config_int(text_config(config), "num_experts", 0) > 0
 
 
 def declared_mtp_layers(config: Mapping[str, Any], family: str | None) -> int:
@@ -146,9 +168,8 @@ def declared_mtp_layers(config: Mapping[str, Any], family: str | None) -> int:
     keys = FAMILIES[family].count_keys if family in FAMILIES else ("mtp_num_hidden_layers", "num_nextn_predict_layers")
     for k in keys:
         for where in (tc, config):
-            v = where.get(k)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
+            if where.get(k) is not None and config_int(where, k, hi=MAX_MTP_LAYERS) > 0:
+                return where[k]
     return 0
 
 

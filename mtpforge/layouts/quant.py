@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..checkpoint.safetensors_header import TensorInfo
+from ..errors import CorruptFileError
+from ..families.tables import config_int
 
 _ST_TO_NAME = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
@@ -17,9 +19,13 @@ _ST_TO_NAME = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 def quant_defaults(config: Mapping[str, Any]) -> dict[str, Any] | None:
     """The default ``{bits, group_size, mode}`` of a quantized MLX model, else None."""
     q = config.get("quantization") or config.get("quantization_config")
+    if q is not None and not isinstance(q, dict):
+        raise CorruptFileError(f"config.json: quantization is {q!r}, not an object",
+                               "repair config.json (mlx-lm writes {\"group_size\": G, \"bits\": B, ...})")
     if not isinstance(q, dict) or "bits" not in q:
         return None
-    return {"bits": int(q["bits"]), "group_size": int(q.get("group_size", 64)), "mode": str(q.get("mode", "affine"))}
+    return {"bits": config_int(q, "bits", lo=1, hi=8), "group_size": config_int(q, "group_size", 64, lo=1),
+            "mode": str(q.get("mode", "affine"))}
 
 
 def per_path_entries(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -197,12 +197,28 @@ class StagedFolder:
         self.committed = False
 
     def path(self, rel: str) -> Path:
-        return self.stage / rel
+        """``rel`` inside the stage. Names come from manifests and indexes that may be hostile:
+        an absolute path or ``..`` would make ``stage / rel`` point anywhere on the disk."""
+        parts = rel.replace("\\", "/").split("/")
+        if not rel or os.path.isabs(rel) or rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":") \
+                or any(part in ("", ".", "..") for part in parts) or "\0" in rel:
+            raise RefusedError(f"refusing to touch {rel!r}: it is not a path inside {self.target.name}",
+                               "the file naming it (mtpforge.json or the index) is damaged or hostile; restore it")
+        cur = self.stage
+        for part in parts[:-1]:  # a symlinked folder on the way would lead outside the stage
+            cur = cur / part
+            if cur.is_symlink():
+                raise RefusedError(f"refusing to write {rel!r}: {part} is a symlink, and mtpforge never writes through symlinks",
+                                   f"replace the symlink {part} in {self.target.name} with a real folder")
+        return self.stage.joinpath(*parts)
 
     def new_file(self, rel: str) -> Path:
         """A path to create a fresh file at: whatever the stage has there (a hard link to the
         user's file, a symlink into a blob store) is unlinked first, never written through."""
-        p = self.stage / rel
+        p = self.path(rel)
+        if p.is_dir() and not p.is_symlink():
+            raise RefusedError(f"{rel} in {self.target.name} is a folder, where mtpforge must write a file",
+                               f"move the folder {rel} away (a file of that name belongs there)")
         p.parent.mkdir(parents=True, exist_ok=True)
         if p.is_symlink() or p.exists():
             p.unlink()
@@ -217,7 +233,7 @@ class StagedFolder:
         return p
 
     def remove(self, rel: str) -> None:
-        p = self.stage / rel
+        p = self.path(rel)
         if p.is_symlink() or p.is_file():
             p.unlink()
         elif p.is_dir():

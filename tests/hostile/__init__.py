@@ -1,0 +1,1 @@
+"""Hostile and malformed inputs, as a declarative table (``corpus.CASES``)."""
