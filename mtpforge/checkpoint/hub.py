@@ -410,7 +410,11 @@ def _model_info(repo_id: str, revision: str) -> ModelInfo:
                      timeout=constants.HF_HUB_ETAG_TIMEOUT, max_retries=3, base_wait_time=retry_wait(),
                      max_wait_time=8 * max(retry_wait(), 0.01))
     hf_raise_for_status(r)
-    return ModelInfo(**r.json())
+    try:
+        return ModelInfo(**r.json())
+    except (ValueError, TypeError, KeyError) as e:  # HTML from a proxy, or not a Hub at all
+        raise NetworkError(f"{constants.ENDPOINT} did not answer like a Hugging Face Hub for {repo_id} ({e.__class__.__name__})",
+                           "check HF_ENDPOINT (and any proxy): it must point to a Hugging Face Hub compatible server") from None
 
 
 def open_store(repo_id: str, revision: str | None = None) -> HubStore:
