@@ -21,15 +21,15 @@ from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
 from .layouts.write import dump_json
 from .progress import Progress
 
-#: Plain text: every model continues plain text, while chat templates differ between models. The
-#: bundled tiny model was trained on generated documents of these kinds (sentences, counting,
-#: arithmetic, code, one per line), so its acceptance is meaningful on them; a real model
-#: continues them as ordinary text and code.
+#: Plain text (and one chat turn): every model continues plain text, while chat templates differ
+#: between models. The bundled tiny model was trained on generated documents of these kinds
+#: (sentences, counting, arithmetic, code, chat turns ending in <|im_end|>, its eos), so its
+#: acceptance is meaningful on them; each prompt leaves several documents to go before that eos.
 DEFAULT_PROMPTS: tuple[str, ...] = (
-    "The old man reads the map after the rain.\nCount: 12, 13, 14, 15, 16, 17.\n",
-    "def add_result(x, y):\n    result = x + y\n    return result\n",
-    "Count: 3, 4, 5, 6, 7, 8.\n25 + 17 = 42. 25 times 2 is 50.\n",
-    "A small boat carries seven stones under the bridge.\n",
+    "The old man reads the map after the rain.\n",
+    "A small boat carries seven stones under the bridge.\nCount: 12, 13,",
+    "<|im_start|>user\nWhat does the robot do?<|im_end|>\n<|im_start|>assistant\nThe robot builds a wooden box.<|im_end|>\n",
+    "Count: 3, 4, 5, 6, 7, 8.\n25 + 17 =",
 )
 
 
