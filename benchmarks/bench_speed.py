@@ -72,8 +72,8 @@ def cp(src: Path, fsync: bool) -> C.Measured:
     # a real byte copy: GNU cp would otherwise clone the extents on CoW file systems (free)
     cmd = ["cp", *(["--reflink=never"] if sys.platform.startswith("linux") else []), str(src), str(dst)]
     if fsync:  # cp, then fsync the copy: what add-mtp's writer does before its rename
-        cmd = [C.PY, "-S", "-c", "import os,subprocess,sys; subprocess.run(sys.argv[1:4], check=True); "
-               "fd=os.open(sys.argv[3], os.O_RDONLY); os.fsync(fd)", *cmd]
+        cmd = [C.PY, "-S", "-c", "import os,subprocess,sys; subprocess.run(sys.argv[1:], check=True); "
+               "fd=os.open(sys.argv[-1], os.O_RDONLY); os.fsync(fd)", *cmd]
     m = C.run_measured(cmd)
     dst.unlink(missing_ok=True)
     return m
