@@ -16,7 +16,7 @@ from . import __version__
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store, safe_relpath
-from .convert import Reader, tensor_digests, write_plan
+from .convert import HeadScan, Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
@@ -324,7 +324,8 @@ def add_mtp(
         with prog.bytes_bar("converting", source_bytes(to_fetch)) as advance:
             write_plan(plan, head_file, sloc.entries, read, on_progress=advance)
         head_infos = read_local_header(head_file, plan.file).tensors
-        digests = tensor_digests(head_file, head_infos)
+        scan = scan_head(head_file, head_infos)  # digests + data checks in one bounded pass
+        digests = scan.digests
         quant_entries = plan.quant_entries()
         added = [plan.file]
         if drafter:
@@ -370,7 +371,7 @@ def add_mtp(
             },
             "mtp_layers": n_layers,
             "tensors": {k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
-            "file_sha256": {plan.file: _file_sha(head_file)},
+            "file_sha256": {plan.file: scan.file_sha256},
             "added": added + [MANIFEST],
             "changed": before,
         }
@@ -379,7 +380,10 @@ def add_mtp(
         prog.step("validating the staged folder")
         from .inspect import inspect_checkpoint
 
-        check = inspect_checkpoint(str(stage.stage), use_manifest=False)
+        # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
+        # read whole tensors (a 512-expert stack is ~800 MB)
+        check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False)
+        check["findings"] += _scan_findings(scan)
         errors = [f for f in check["findings"] if f["severity"] == "error"]
         if errors:
             e = errors[0]
@@ -395,6 +399,18 @@ def add_mtp(
     )
     prog.done(f"added the MTP head to {dest} ({layout} layout)")
     return report
+
+
+def _scan_findings(scan: HeadScan) -> list[dict[str, str]]:
+    from .findings import finding
+
+    fix = "re-create the head with `mtpforge add-mtp --force` from the original source"
+    out = []
+    if scan.nonfinite:
+        out.append(finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(scan.nonfinite)} head tensor(s): {', '.join(sorted(scan.nonfinite)[:3])}", fix))
+    if scan.degenerate:
+        out.append(finding("DEGENERATE_TENSOR", f"{len(scan.degenerate)} head tensor(s) are all zeros: {', '.join(sorted(scan.degenerate)[:3])}", fix))
+    return [f.as_dict() for f in out]
 
 
 def _files_for(plan: Plan, dest: Path) -> list[str]:
