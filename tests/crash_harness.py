@@ -43,6 +43,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "add": {"cmd": "add", "symlinks": False, "output": False},
     "add-symlinked": {"cmd": "add", "symlinks": True, "output": False},
     "add-output": {"cmd": "add", "symlinks": False, "output": True},
+    # an empty --output folder the user made: swapped out in one step, never absent
+    "add-output-empty": {"cmd": "add", "symlinks": False, "output": True, "output_exists": True},
+    # --force over a head in another layout: the old head's files go, the new ones come, at once
+    "replace-force": {"cmd": "add", "symlinks": False, "output": False, "has_head": True,
+                      "extra": ["--force", "--layout", "sidecar"]},
     "remove": {"cmd": "remove", "symlinks": False, "output": False},
     "remove-symlinked": {"cmd": "remove", "symlinks": True, "output": False},
     "add-rename-fallback": {"cmd": "add", "symlinks": False, "output": False, "no_exchange": True},
@@ -105,7 +110,7 @@ class Bench:
         args = ["add-mtp", "--source", str(self.source), "--target", str(target)]
         if self.spec["output"]:
             args += ["--output", str(self.output_of(target))]
-        return args
+        return args + list(self.spec.get("extra", []))
 
     @staticmethod
     def output_of(target: Path) -> Path:
@@ -116,6 +121,8 @@ class Bench:
         if work.exists():
             shutil.rmtree(work)
         shutil.copytree(self.template, work, symlinks=True)
+        if self.spec.get("output_exists"):
+            self.output_of(work / self.rel_target).mkdir()
         return work / self.rel_target
 
     def judged(self, target: Path) -> Path:
@@ -135,7 +142,7 @@ def make_bench(scenario: str, source: Path, pristine: Path, root: Path, variant:
     else:
         shutil.copytree(pristine, template / "model", symlinks=True)
         target = template / "model"
-    if spec["cmd"] == "remove":
+    if spec["cmd"] == "remove" or spec.get("has_head"):
         add_mtp(source=str(source), target=str(target), progress=False)
     rel = target.relative_to(template).as_posix()
     bench = Bench(name, source, template, rel, {}, {}, None, 0.0, {}, spec)
@@ -242,6 +249,8 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True)
 
     if not judged.exists():
         state = "before" if bench.spec["output"] else "missing"
+        if bench.spec.get("output_exists"):
+            problems.append(f"the user's empty --output folder {judged} vanished")
         # without an exchange primitive the swap is two renames; between them the target is
         # absent and the old folder waits beside it, for the next run to put back
         if not bench.spec["output"] and not (bench.spec.get("no_exchange") and any("-old-" in n for n in leftovers(judged.parent))):

@@ -26,7 +26,7 @@ from tests.crash_harness import (
 )
 
 SEED = 7
-#: (scenario, variant, kills) — 26 kills, every scenario, both default layouts
+#: (scenario, variant, kills) — 31 kills, every scenario, both default layouts
 MATRIX: list[tuple[str, str, int]] = [
     ("add", "qwen3_5", 6),
     ("add", "qwen3_next", 3),
@@ -35,6 +35,8 @@ MATRIX: list[tuple[str, str, int]] = [
     ("remove", "qwen3_5", 3),
     ("remove-symlinked", "qwen3_next", 2),
     ("add-rename-fallback", "qwen3_5", 3),
+    ("add-output-empty", "qwen3_5", 2),
+    ("replace-force", "qwen3_5", 3),
 ]
 
 
