@@ -168,6 +168,25 @@ def test_auto_falls_back_to_shards_when_range_is_ignored(hub, synth, make_target
     assert len(full) >= 2
 
 
+@pytest.mark.parametrize("fetch", ["ranges", "shards"])
+def test_weight_files_behind_a_redirect_as_on_the_real_hub(hub, synth, make_target, fetch):
+    """The real Hub answers /resolve/ of LFS files with a 302 to a CDN URL: Range and the
+    length checks must survive the redirect, in both fetch modes."""
+    src = synth.hf("qwen3_5")
+    repo, _ = hub.publish(src, lfs_redirect=True)
+    want = local_reference(src, make_target("qwen3_5"), precision="bf16")
+    tgt = make_target("qwen3_5")
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16", "--fetch", fetch)
+    assert r.code == 0, r.stderr
+    assert written_state(tgt) == want and r.json["fetch_mode"] == fetch
+    log = hub.log(repo)
+    assert any(e.status == 302 for e in log)
+    assert all(e.path.startswith("/_lfs/") for e in log if e.tensor_bytes)
+    assert r.json["fetched_bytes"] == hub.tensor_bytes(repo)
+    if fetch == "ranges":
+        assert hub.tensor_bytes(repo) <= 1.02 * mtp_source_bytes(src)
+
+
 def test_dry_run_downloads_no_tensor_data(hub, synth, make_target):
     repo, _ = hub.source(synth, "qwen3_5_moe")
     tgt = make_target("qwen3_5_moe")

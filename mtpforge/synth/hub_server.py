@@ -14,7 +14,9 @@ by counting what a server actually sent. Every request is logged (method, path, 
 body bytes sent, and how many of those bytes were safetensors tensor data), and faults can be
 injected per repo or per file: a connection dropped mid-body, 5xx or 429 (with ``Retry-After``),
 a truncated body, a server that ignores ``Range``, slow responses. An optional token makes repos
-private (``Authorization: Bearer``). Only loopback addresses are ever bound.
+private (``Authorization: Bearer``); ``lfs_redirect`` answers weight files with a 302 to a
+"CDN" path (``/_lfs/...``, no token needed) as the real Hub does for LFS/Xet files. Only loopback
+addresses are ever bound.
 
 Run standalone: ``python -m mtpforge.synth.hub_server --repo org/name=PATH [--repo ...]``.
 """
@@ -35,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 LOOPBACK = "127.0.0.1"
 CHUNK = 64 * 1024
@@ -117,6 +119,8 @@ class _Repo:
     commits: dict[str, _Commit] = field(default_factory=dict)
     gated: bool = False
     token: str | None = None  # per-repo token (private repo); falls back to the server's
+    #: answer resolve of weight files with a 302 to a "CDN" path, as the real Hub does for LFS
+    lfs_redirect: bool = False
 
 
 def _data_start(path: Path, size: int) -> int | None:
@@ -204,7 +208,7 @@ class HubServer:
     # ------------------------------------------------------------------ repos
     def publish(
         self, repo_id: str, folder: str | os.PathLike[str], *, revision: str = "main", sha: str | None = None,
-        gated: bool = False, token: str | None = None,
+        gated: bool = False, token: str | None = None, lfs_redirect: bool = False,
     ) -> str:
         """Serve ``folder`` as ``repo_id`` at branch ``revision``; returns the commit sha (given,
         or derived from the files so that the same content always gets the same sha)."""
@@ -222,6 +226,7 @@ class HubServer:
             repo.commits[sha] = _Commit(sha, root, files)
             repo.refs[revision] = sha
             repo.gated = repo.gated or gated
+            repo.lfs_redirect = repo.lfs_redirect or lfs_redirect
             if token is not None:
                 repo.token = token
         return sha
@@ -312,6 +317,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif len(parts) >= 5 and parts[2] == "resolve":
                 entry.repo, entry.revision, entry.file = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
                 self._resolve(entry, method)
+            elif parts[0] == "_lfs" and len(parts) >= 5:
+                entry.repo, entry.revision, entry.file = f"{parts[1]}/{parts[2]}", parts[3], "/".join(parts[4:])
+                self._resolve(entry, method, cdn=True)
             elif parts == ["api", "agent-harnesses"]:
                 # huggingface_hub 2.x fetches this registry (best effort) to tag agent traffic
                 body = json.dumps({"standardEnvVars": [], "harnesses": {}}).encode()
@@ -331,9 +339,11 @@ class _Handler(BaseHTTPRequestHandler):
         want = repo.token or self.hub.token
         return want is None or self.headers.get("Authorization") == f"Bearer {want}"
 
-    def _lookup(self, entry: LogEntry, rev: str) -> _Commit | None:
+    def _lookup(self, entry: LogEntry, rev: str, cdn: bool = False) -> _Commit | None:
         repo = self.hub.repos.get(entry.repo or "")
-        if repo is None or not self._authorized(repo):
+        if cdn and repo is not None and rev in repo.commits:  # a signed CDN URL needs no token
+            return repo.commits[rev]
+        if repo is None or cdn or not self._authorized(repo):
             self._error(entry, 401, "RepoNotFound", "Repository not found")
             return None
         if repo.gated:
@@ -399,8 +409,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps([items[k] for k in sorted(items)]).encode()
         self._send(entry, 200, {"Content-Type": "application/json"}, body, method)
 
-    def _resolve(self, entry: LogEntry, method: str) -> None:
-        commit = self._lookup(entry, entry.revision or "main")
+    def _resolve(self, entry: LogEntry, method: str, cdn: bool = False) -> None:
+        commit = self._lookup(entry, entry.revision or "main", cdn)
         if commit is None:
             return
         f = commit.files.get(entry.file or "")
@@ -411,6 +421,11 @@ class _Handler(BaseHTTPRequestHandler):
             "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes", "ETag": f'"{f.etag}"',
             "X-Repo-Commit": commit.sha, "X-Linked-Size": str(f.size), "X-Linked-Etag": f'"{f.etag}"',
         }
+        repo = self.hub.repos[entry.repo or ""]
+        if not cdn and repo.lfs_redirect and f.data_start is not None:
+            location = f"/_lfs/{entry.repo}/{commit.sha}/{quote(entry.file or '')}"
+            self._send(entry, 302, {**headers, "Location": location}, b"", method)
+            return
         first, last, partial = 0, f.size - 1, False
         rng = self.headers.get("Range")
         if rng is not None:
