@@ -47,6 +47,11 @@ def _prompts() -> list[str]:
 PROMPTS = _prompts()
 
 
+def report(what: str, value: Any) -> None:
+    """Measured figures, for the record (shown with ``pytest -s``)."""
+    print(f"[acceptance] {what}: {value}")
+
+
 def needs(kind: str) -> Any:
     return pytest.mark.skipif(not (MODELS[kind] / "config.json").is_file(),
                               reason=f"the bundled trained model {MODELS[kind].name} is not in the tree yet")
@@ -102,15 +107,15 @@ def test_greedy_identity_with_accepts_and_rejections(converted, kind: str, depth
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
-def test_acceptance_floor_depth_1_and_per_position_depth_2_3(converted, kind: str, record_property) -> None:
+def test_acceptance_floor_depth_1_and_per_position_depth_2_3(converted, kind: str) -> None:
     target = converted(kind)
     r1 = _verify(target, depth=1, min_acceptance=FLOOR[kind])
-    record_property(f"{kind}_depth1", r1["hidden_variants"])
+    report(f"{kind}_depth1", r1["hidden_variants"])
     assert r1["ok"] and r1["identical"] is True and r1["acceptance"] >= FLOOR[kind], r1["problems"]
     assert set(r1["hidden_variants"]) == {"pre", "post"}
     for depth in (2, 3):
         r = _verify(target, depth=depth, hidden=r1["hidden"])
-        record_property(f"{kind}_depth{depth}", r["acceptance_by_position"])
+        report(f"{kind}_depth{depth}", r["acceptance_by_position"])
         assert r["identical"] is True and len(r["acceptance_by_position"]) == depth
         assert r["acceptance_by_position"][0] >= FLOOR[kind] - 0.05
         assert r["accepted_per_verify"] > r1["accepted_per_verify"] * 0.9
@@ -136,12 +141,12 @@ def _reference_acceptance(target: Path, source: Path, hidden: str) -> float:
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
-def test_bf16_conversion_preserves_the_float32_reference_acceptance(converted, kind: str, record_property) -> None:
+def test_bf16_conversion_preserves_the_float32_reference_acceptance(converted, kind: str) -> None:
     target = converted(kind)
     got = _verify(target, depth=1)
     for hidden in ("pre", "post"):
         want = _reference_acceptance(target, MODELS[kind], hidden)
-        record_property(f"{hidden}", {"add_mtp_bf16": got["hidden_variants"][hidden], "float32_reference": want})
+        report(f"{kind} {hidden}", {"add_mtp_bf16": got["hidden_variants"][hidden], "float32_reference": want})
         assert abs(got["hidden_variants"][hidden] - want) <= 0.01, (hidden, got["hidden_variants"][hidden], want)
 
 
@@ -221,7 +226,7 @@ MUTATIONS: dict[str, Callable[[dict[str, mx.array]], dict[str, mx.array]]] = {
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
-def test_each_known_conversion_bug_at_least_halves_acceptance(converted, kind: str, tmp_path: Path, record_property) -> None:
+def test_each_known_conversion_bug_at_least_halves_acceptance(converted, kind: str, tmp_path: Path) -> None:
     target = converted(kind)
     good = _verify(target, hidden="post")["acceptance"]
     assert good >= FLOOR[kind]
@@ -229,15 +234,15 @@ def test_each_known_conversion_bug_at_least_halves_acceptance(converted, kind: s
         if name in MOE_ONLY and kind == "dense":
             continue
         bad = _verify(_mutate(target, tmp_path / name, edit), hidden="post")
-        record_property(name, bad["acceptance"])
+        report(f"{kind} {name}", bad["acceptance"])
         assert bad["identical"] is True, "a broken head may draft badly but never changes the output"
         assert bad["acceptance"] <= good / 2, (name, bad["acceptance"], good)
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
-def test_a_double_shift_lowers_acceptance_measurably(converted, kind: str, tmp_path: Path, record_property) -> None:
+def test_a_double_shift_lowers_acceptance_measurably(converted, kind: str, tmp_path: Path) -> None:
     target = converted(kind)
     good = _verify(target, hidden="post")["acceptance"]
     bad = _verify(_mutate(target, tmp_path / "double", _per_tensor(_norms(+1.0))), hidden="post")["acceptance"]
-    record_property("double_shift", {"good": good, "double_shifted": bad})
+    report(f"{kind} double_shift", {"good": good, "double_shifted": bad})
     assert bad < good - 0.01, (good, bad)
