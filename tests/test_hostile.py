@@ -38,7 +38,7 @@ def tree_state(root: Path) -> dict[str, str]:
 
 
 def cli(argv: list[str], root: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200", HF_HOME=str(root / "hf-home"), HF_HUB_OFFLINE="1", **(extra_env or {}))
+    env = dict(os.environ, COLUMNS="1000", HF_HOME=str(root / "hf-home"), HF_HUB_OFFLINE="1", **(extra_env or {}))
     env.pop("MTPFORGE_NO_EXCHANGE", None)
     return subprocess.run([sys.executable, "-m", "mtpforge", *argv], capture_output=True, text=True, env=env,
                           timeout=120, cwd=root)

@@ -315,6 +315,13 @@ def recipe(text: str | bytes) -> Callable[[Ctx], None]:
     return build
 
 
+def _both(*builds: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+    def build(c: Ctx) -> None:
+        for b in builds:
+            b(c)
+    return build
+
+
 OK_RECIPE = "source: {src}\ntarget: {tgt}\n"
 BILLION_LAUGHS = OK_RECIPE + "layout: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"l{i}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
@@ -419,5 +426,13 @@ CASES: list[Case] = [
     Case("recipe_not_utf8", recipe(b"source: \xff\xfe\n"), argv=RUN, exits=(2,), says="UTF-8"),
     Case("recipe_duplicate_key", recipe(OK_RECIPE + "source: {tgt}\n"), argv=RUN, exits=(2,), says="duplicate"),
     Case("recipe_billion_laughs", recipe(BILLION_LAUGHS), argv=VALIDATE, exits=(2,)),
+    Case("run_recipe_damaged_target", _both(recipe(OK_RECIPE), header_bytes(TARGET_SHARD, b"{nope")), argv=RUN,
+         exits=(1,), says="damaged"),
+    Case("run_recipe_target_is_a_file", _both(recipe(OK_RECIPE), _target_is_file), argv=RUN, exits=(2,)),
+    Case("run_recipe_source_other_family", _both(recipe(OK_RECIPE), json_edit(
+        "config.json", lambda c: c.update(model_type="llama", text_config={}), in_src=True)), argv=RUN, exits=(1, 2)),
+    Case("inspect_header_len_absurd", header_bytes(TARGET_SHARD, b"{}", length=2**63 + 5), argv=INSPECT, exits=(1,),
+         says="CORRUPT_FILE"),
+    Case("inspect_duplicate_names", _duplicate_names, argv=INSPECT, exits=(1,), says="CORRUPT_FILE"),
     Case("recipe_missing", lambda c: None, argv=("run", "{root}/nope.yaml"), exits=(2,), says="does not exist"),
 ]
