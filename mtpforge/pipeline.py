@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
+from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store, safe_relpath
 from .convert import HeadScan, Reader, scan_head, write_plan
@@ -234,7 +234,8 @@ def add_mtp(
     # the source: index and headers only
     prog.step(f"reading the source {source}")
     sstore = _open_source(source, revision)
-    scat = load_catalogue(sstore, all_safetensors=isinstance(sstore, LocalStore))
+    local_source = isinstance(sstore, LocalStore)
+    scat = load_catalogue(sstore, all_safetensors=local_source, index_files=None if local_source else head_shards)
     sfamily = detect_family(scat.config, scat.tensors)
     if sfamily is None:
         raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",

@@ -136,6 +136,20 @@ def test_add_mtp_from_hub_matches_local_and_fetches_only_the_head(hub, synth, ma
     assert folder_state(tgt2) == once
 
 
+def test_add_mtp_reads_only_the_headers_of_shards_it_needs(hub, synth, make_target):
+    """Of a 5-shard source with the head in the last shard, only that shard and one that shows
+    the checkpoint is raw (a conv1d) are read: 2 x 2 header requests, not 5 x 2."""
+    src = synth.hf("qwen3_5", n_shards=5, mtp_shards=1)
+    repo, _ = hub.publish(src)
+    want = local_reference(src, make_target("qwen3_5"), precision="bf16")
+    tgt = make_target("qwen3_5")
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--precision", "bf16")
+    assert r.code == 0, r.stderr
+    assert written_state(tgt) == want
+    touched = {e.file for e in hub.log(repo) if e.file and e.file.endswith(".safetensors")}
+    assert len(touched) == 2 and "model-00005-of-00005.safetensors" in touched, touched
+
+
 def test_fetch_shards_downloads_whole_shards_into_the_hf_cache(hub, synth, make_target):
     variant = "qwen3_6_moe"
     src = synth.hf(variant)

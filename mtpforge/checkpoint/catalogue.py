@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import CorruptFileError, InputError
 from .safetensors_header import Header, TensorInfo, read_header
@@ -48,9 +48,22 @@ class Catalogue:
         return self.store.read_range(info.file, info.begin, info.end)
 
 
-def load_catalogue(store: Store, *, all_safetensors: bool = True) -> Catalogue:
+def head_shards(index: dict[str, str]) -> set[str]:
+    """The shards a remote source is read from: those holding ``mtp.*`` tensors, plus one whose
+    header tells a raw HF checkpoint from a converted one (a linear-attention conv1d, or a
+    per-expert Qwen3-Next expert). A 94-shard repo then costs 4-6 header reads, not 188."""
+    files = {f for k, f in index.items() if k.startswith("mtp.")}
+    marker = next((f for k, f in sorted(index.items())
+                   if k.endswith("conv1d.weight") or k.endswith(".mlp.experts.0.up_proj.weight")), None)
+    return files | ({marker} if marker else set())
+
+
+def load_catalogue(
+    store: Store, *, all_safetensors: bool = True, index_files: Callable[[dict[str, str]], set[str]] | None = None,
+) -> Catalogue:
     """Read config, index and headers. ``all_safetensors`` also reads files outside the index
-    (sidecars, stale shards); for a remote source only indexed files are needed."""
+    (sidecars, stale shards); for a remote source only indexed files are needed, and
+    ``index_files`` narrows those further (e.g. ``head_shards``)."""
     if not store.exists("config.json"):
         raise InputError(
             f"{store.name} has no config.json",
@@ -76,7 +89,8 @@ def load_catalogue(store: Store, *, all_safetensors: bool = True) -> Catalogue:
     if all_safetensors or index is None:
         wanted = [f for f in files if f.endswith(".safetensors")]
     if index is not None:
-        wanted += [f for f in sorted(set(index.values())) if f not in wanted and store.exists(f)]
+        listed = set(index.values()) if index_files is None else index_files(index)
+        wanted += [f for f in sorted(listed) if f not in wanted and store.exists(f)]
     for f in wanted:
         try:
             size = store.size(f)
