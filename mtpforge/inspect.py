@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import mlx.core as mx
 
-from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
+from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.store import LocalStore, Store
 from .checkpoint.tensors import to_mx
 from .checks import norms as normchk
@@ -147,7 +147,8 @@ def _norm_convention(
     values = read_entries(cat, norm_entries)
     if source:
         src_store = open_target_store(source, source_revision)
-        src_cat = load_catalogue(src_store, all_safetensors=False)
+        src_cat = load_catalogue(src_store, all_safetensors=False,
+                                 index_files=None if isinstance(src_store, LocalStore) else head_shards)
         src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
         wanted = {k: src_loc.entries[k] for k in norm_entries if k in src_loc.entries}
         src_vals = read_entries(src_cat, wanted)
