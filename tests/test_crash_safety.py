@@ -95,20 +95,24 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_a_live_runs_stage_is_left_alone(synth, tmp_path):
-    """Two runs on one folder: the second must not delete the first's stage under its feet."""
+def test_a_second_run_on_a_busy_folder_refuses_and_leaves_the_first_alone(synth, tmp_path):
+    """Two runs on one folder: the second must neither delete the first's stage under its feet
+    nor race it to the swap (the last swap would silently drop the first run's change)."""
     target = tmp_path / "model"
     shutil.copytree(synth.target("qwen3_5"), target)
+    before = folder_state(target)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         stage = tmp_path / f".model.mtpforge-stage-{live.pid}"
         stage.mkdir()
         r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(target)])
-        assert r.returncode == 0, r.stderr
-        assert stage.is_dir()
+        assert r.returncode == 1 and "another mtpforge run" in r.stderr, r.stderr
+        assert stage.is_dir() and folder_state(target) == before
     finally:
         live.kill()
         live.wait()
+    r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(target)])
+    assert r.returncode == 0 and not stage.exists(), r.stderr  # the dead run's stage is cleaned up
 
 
 def test_leftovers_of_a_killed_run_are_removed_by_the_next_run(synth, tmp_path):

@@ -262,3 +262,28 @@ def test_disk_space_check_on_a_real_full_filesystem(synth, tmp_path):
         assert tree_state(mnt) == before
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_disk_filling_up_while_staging_is_one_line_and_changes_nothing(synth, tmp_path, monkeypatch):
+    """A real ENOSPC: the target sits on a tmpfs with room for less than the head, and the free-
+    space query is told there is plenty (another process filled the disk after the check)."""
+    from mtpforge.pipeline import add_mtp
+    from mtpforge.writer import atomic
+
+    src_tgt = synth.target("qwen3_5")
+    size = sum(p.stat().st_size for p in src_tgt.iterdir())
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size + 96 * 1024}", "tmpfs", str(mnt)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
+    try:
+        shutil.copytree(src_tgt, mnt / "tgt")
+        before = tree_state(mnt)
+        monkeypatch.setattr(atomic, "free_bytes", lambda path: 1 << 40)
+        with pytest.raises(RefusedError) as e:
+            add_mtp(source=str(synth.hf("qwen3_5")), target=str(mnt / "tgt"), precision="bf16", progress=False)
+        assert e.value.code == "NO_SPACE" and "nothing was changed" in e.value.message, e.value.message
+        assert tree_state(mnt) == before
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

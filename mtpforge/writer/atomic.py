@@ -128,6 +128,19 @@ def cleanup_leftovers(target: Path) -> list[Path]:
     return removed
 
 
+def live_stages(target: Path) -> list[Path]:
+    """Stages of ``target`` that belong to mtpforge runs still alive (not this one)."""
+    target = Path(os.path.abspath(target))
+    if not target.parent.is_dir():
+        return []
+    out = []
+    for child in sorted(target.parent.iterdir()):
+        hit = _leftover_pid(child.name, target.name)
+        if hit and hit[0] == STAGE_TAG and hit[1] != os.getpid() and _alive(hit[1]):
+            out.append(child)
+    return out
+
+
 def free_bytes(path: Path) -> int:
     """Free space on the filesystem holding ``path`` (the one place the pipeline asks)."""
     return shutil.disk_usage(path).free
@@ -168,6 +181,15 @@ def _mirror(src: Path, dst: Path) -> None:
                 try:
                     os.link(s, t)
                 except OSError:
+                    # a filesystem without hard links (FAT, exFAT, some network mounts): a real
+                    # copy, so the space check of the run never counted it; never fill the disk
+                    size = s.stat().st_size
+                    if free_bytes(dst) < size + (64 << 20):
+                        raise RefusedError(
+                            f"not enough disk space to stage a copy of {s.name} ({size:,} bytes): this filesystem "
+                            "has no hard links, so mtpforge must copy every file of the folder",
+                            "free space for a second copy of the model, or use --output DIR on a filesystem with hard links",
+                            code="NO_SPACE") from None
                     shutil.copy2(s, t)
 
 
@@ -187,14 +209,26 @@ class StagedFolder:
                 f"pass the real folder ({os.path.realpath(dest)}) or use --output DIR",
             )
         cleanup_leftovers(dest)
+        busy = live_stages(dest)
+        if busy:
+            raise RefusedError(
+                f"another mtpforge run is changing {dest} right now (its staged copy is {busy[0].name})",
+                f"wait for it to finish; if no mtpforge is running, delete {busy[0]}")
         self.stage = dest.parent / f".{dest.name}{STAGE_TAG}{os.getpid()}"
+        self.committed = False
         if self.stage.exists():
             shutil.rmtree(self.stage)
-        if empty:
-            self.stage.mkdir()
-        else:
-            _mirror(self.target, self.stage)
-        self.committed = False
+        try:
+            if empty:
+                self.stage.mkdir()
+            else:
+                _mirror(self.target, self.stage)
+        except BaseException as e:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            no_space = _no_space(e, dest)
+            if no_space is not None:
+                raise no_space from None
+            raise
 
     def path(self, rel: str) -> Path:
         """``rel`` inside the stage. Names come from manifests and indexes that may be hostile:
@@ -208,7 +242,7 @@ class StagedFolder:
         for part in parts[:-1]:  # a symlinked folder on the way would lead outside the stage
             cur = cur / part
             if cur.is_symlink():
-                raise RefusedError(f"refusing to write {rel!r}: {part} is a symlink, and mtpforge never writes through symlinks",
+                raise RefusedError(f"refusing to touch {rel!r}: {part} is a symlink, and mtpforge never writes through symlinks",
                                    f"replace the symlink {part} in {self.target.name} with a real folder")
         return self.stage.joinpath(*parts)
 
@@ -284,8 +318,20 @@ class StagedFolder:
     def __enter__(self) -> "StagedFolder":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.abort()
+        no_space = _no_space(exc, self.output or self.target)
+        if no_space is not None:
+            raise no_space from None
+
+
+def _no_space(e: BaseException | None, dest: Path) -> RefusedError | None:
+    """A full disk while staging is the user's situation, not a bug: one line, and the folder
+    was not touched (the stage is already gone)."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return RefusedError(f"the disk filled up while staging the change beside {dest}; nothing was changed",
+                            "free some space, or use --output DIR on another disk", code="NO_SPACE")
+    return None
 
 
 def check_writable_parent(dest: Path) -> None:

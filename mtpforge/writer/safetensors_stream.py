@@ -8,6 +8,7 @@ one slice, whatever the head's size (SPEC §4).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass
@@ -69,10 +70,13 @@ class SafetensorsWriter:
         if len(data) != step:
             raise ValueError(f"{key}: slice of {len(data)} bytes, expected {step}")
         off = self.data_start + self.offsets[key] + index * step
-        n = os.pwrite(self._fd, data, off)
-        if n != len(data):
-            raise OSError(f"short write to {self.path}")
-        self._written[key] += n
+        view, done = memoryview(data), 0
+        while done < len(data):  # a short write is legal; a full disk then raises ENOSPC
+            n = os.pwrite(self._fd, view[done:], off + done)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, f"no progress writing {self.path}")
+            done += n
+        self._written[key] += done
 
     def close(self) -> None:
         incomplete = [k for k, s in self.specs.items() if self._written[k] != s.nbytes]
