@@ -66,12 +66,23 @@ def render_add(r: dict[str, Any], console: Console) -> None:
     t = Table(show_header=False)
     t.add_column(style="bold")
     t.add_column(overflow="fold")
-    for k in ("layout", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest", "peak_memory_estimate"):
-        if k in r:
+    planned = bool(r.get("dry_run"))
+    keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_files",
+            "revision", "peak_memory_estimate") if planned else \
+        ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest")
+    labels = {"mtp_bytes": "MTP bytes written" if not planned else "MTP bytes to write",
+              "fetch_bytes": "source bytes to read", "fetch_tensors": "source tensors", "fetch_files": "from files",
+              "fetched_bytes": "downloaded", "peak_memory_estimate": "peak memory (est.)"}
+    for k in keys:
+        if r.get(k) is not None:
             v = r[k]
-            t.add_row(k, _human_bytes(v) if k.endswith("bytes") or k == "peak_memory_estimate" else str(v))
+            if isinstance(v, list):
+                v = "\n".join(map(str, v))
+            elif k.endswith("bytes") or k == "peak_memory_estimate":
+                v = _human_bytes(v)
+            t.add_row(labels.get(k, k), str(v))
     files = r.get("files_written") or r.get("files_to_write") or []
-    t.add_row("files", "\n".join(files))
+    t.add_row("files to write" if planned else "files written", "\n".join(files))
     console.print(t)
     if "inspect" in r:
         render_findings(r["inspect"].get("findings", []), console)
