@@ -39,14 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.check_only:
             recheck(Path(a.out) / folder_name(name))
             continue
-        base = TrainSettings(**MOE_DEFAULTS) if name == "qwen3_5_moe" else TrainSettings()
         given = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainSettings) if getattr(a, f.name) is not None}
-        build_bundled(name, a.out, dataclasses.replace(base, **given), check=not a.no_check)
+        build_bundled(name, a.out, TrainSettings(**given), check=not a.no_check)
     return 0
 
-
-#: The MoE backbone is slower per step (gather_mm over 8 experts); these settings measured enough.
-MOE_DEFAULTS: dict = {}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -18,7 +18,6 @@ Export to the Hugging Face layout lives in ``export.py``.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -30,7 +29,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from ..decoder.head import MTPHead
-from .config import EOS_ID, text_config, tiny_config
+from .config import EOS_ID, tiny_config
 from .tokenizer import default_corpus
 
 #: Bundled variants: folder name -> synthetic variant. The MoE one is Qwen3.6-style (fused
@@ -285,8 +284,7 @@ def train(
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     _log(f"{name}: backbone {n_params} parameters", log)
     b_losses, b_sec = train_backbone(model, stream, settings, log)
-    family = "qwen3_5"
-    head = MTPHead(family, text_args(model), 1)
+    head = MTPHead("qwen3_5", text_args(model), 1)  # qwen3_5_moe builds the same layer class
     h_losses, h_sec = train_head(model, head, stream, settings, log)
     return TrainResult(model, head, config, settings, b_sec, h_sec, b_losses, h_losses)
 
@@ -345,5 +343,6 @@ def param_count(module: nn.Module) -> int:
 
 __all__ = [
     "TrainResult", "TrainSettings", "VARIANT_OF", "backbone_states", "build_model", "draft_acceptance",
-    "embed", "greedy", "heldout_prompts", "lm_head", "model_config", "train", "text_config",
+    "embed", "greedy", "heldout_prompts", "lm_head", "model_config", "param_count", "settings_dict", "train",
+    "training_corpus",
 ]

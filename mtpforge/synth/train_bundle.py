@@ -130,6 +130,18 @@ def _acc(record: dict[str, Any], key: str, hidden: str) -> str:
     return f"{a[hidden]['acceptance']:.1%}" if a else "not measured"
 
 
+def _verify_line(record: dict[str, Any]) -> str:
+    parts = []
+    for label, key in (("bf16", "converted_bf16_backbone"), ("4-bit", "converted_4bit_backbone")):
+        v = (record["acceptance"].get(key) or {}).get("verify") or {}
+        if isinstance(v.get("acceptance"), (int, float)):
+            parts.append(f"{v['acceptance']:.1%} on the {label} target (output identical to greedy: {v.get('identical')})")
+    if not parts:
+        return ""
+    return ("\n`mtpforge verify --generate` (the speculative loop itself, with its default prompts): "
+            + "; ".join(parts) + ".\n")
+
+
 def model_card(record: dict[str, Any]) -> str:
     """A short README.md: what this is, how it was made, what it measures."""
     s = record["settings"]
@@ -163,4 +175,4 @@ Greedy acceptance at depth 1 on held-out prompts (post-norm / pre-norm hidden st
 | backbone | post | pre |
 |---|---|---|
 {rows}
-"""
+{_verify_line(record)}"""
