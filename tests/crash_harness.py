@@ -28,13 +28,12 @@ from typing import Any
 
 from tests.checkers import folder_state
 
-#: progress lines (stderr) a kill may be anchored to, and the extra delay range after each (s)
-ANCHORS: dict[str, tuple[float, float]] = {
-    "fetching": (0.0, 0.01),
-    "converting": (0.0, 0.01),
-    "validating": (0.0, 0.03),
-    "committing": (0.0, 0.03),
-}
+#: progress lines (stderr) a kill may be anchored to, in the order a run prints them; the delay
+#: after each is drawn over that phase's duration as measured in the clean run
+ANCHORS: tuple[str, ...] = ("fetching", "staging", "converting", "validating", "committing")
+#: every scenario's first kills go to the phases nearest the commit, where a bug would hide,
+#: then one timed kill (None), then the earlier phases
+FIRST_ANCHORS: tuple[str | None, ...] = ("validating", "committing", None, "staging", "converting", "fetching")
 #: share of kills that are anchored (the rest are timed over the clean run's duration)
 ANCHORED_SHARE = 0.6
 
@@ -170,6 +169,14 @@ def make_bench(scenario: str, source: Path, pristine: Path, root: Path, variant:
     return bench
 
 
+def phase_seconds(bench: Bench, anchor: str) -> float:
+    """How long the phase that starts at ``anchor`` lasted in the clean run (at least 2 ms)."""
+    t = bench.anchor_seconds[anchor]
+    later = [v for a, v in bench.anchor_seconds.items() if v > t]
+    end = min(later) if later else bench.clean_seconds
+    return max(end - t, 0.002)
+
+
 @dataclass
 class KillPlan:
     anchor: str | None  # None: timed from the start
@@ -182,11 +189,14 @@ def plan_kills(bench: Bench, n: int, seed: int) -> list[KillPlan]:
     rng = random.Random(f"{seed}-{bench.name}")
     anchors = [a for a in ANCHORS if a in bench.anchor_seconds]
     plans = []
+    first = [a for a in FIRST_ANCHORS if a is None or a in anchors]
     for i in range(n):
-        if anchors and rng.random() < ANCHORED_SHARE:
-            a = anchors[i % len(anchors)] if i < 2 * len(anchors) else rng.choice(anchors)
-            lo, hi = ANCHORS[a]
-            plans.append(KillPlan(a, rng.uniform(lo, hi)))
+        if i < len(first) and first[i] is None:
+            plans.append(KillPlan(None, rng.uniform(0.0, bench.clean_seconds)))
+        elif i < len(first) or (anchors and rng.random() < ANCHORED_SHARE):
+            a = first[i] if i < len(first) else rng.choice(anchors)
+            assert a is not None
+            plans.append(KillPlan(a, rng.uniform(0.0, phase_seconds(bench, a))))
         else:
             plans.append(KillPlan(None, rng.uniform(0.0, bench.clean_seconds)))
     return plans

@@ -26,16 +26,16 @@ from tests.crash_harness import (
 )
 
 SEED = 7
-#: (scenario, variant, kills) — 31 kills, every scenario, both default layouts
+#: (scenario, variant, kills) — 37 kill moments, every scenario, both default layouts
 MATRIX: list[tuple[str, str, int]] = [
-    ("add", "qwen3_5", 6),
-    ("add", "qwen3_next", 3),
-    ("add-symlinked", "qwen3_5", 5),
+    ("add", "qwen3_5", 7),
+    ("add", "qwen3_next", 4),
+    ("add-symlinked", "qwen3_5", 6),
     ("add-output", "qwen3_5", 4),
-    ("remove", "qwen3_5", 3),
-    ("remove-symlinked", "qwen3_next", 2),
+    ("remove", "qwen3_5", 4),
+    ("remove-symlinked", "qwen3_next", 3),
     ("add-rename-fallback", "qwen3_5", 3),
-    ("add-output-empty", "qwen3_5", 2),
+    ("add-output-empty", "qwen3_5", 3),
     ("replace-force", "qwen3_5", 3),
 ]
 
@@ -83,9 +83,9 @@ def test_kills_landed_in_every_phase(outcomes):
 def test_the_anchors_were_seen(benches):
     for b in benches.values():
         if b.spec["cmd"] == "add":
-            assert set(b.anchor_seconds) == set(ANCHORS), (b.name, b.anchor_seconds)
+            assert set(b.anchor_seconds) == set(ANCHORS) - {"staging"}, (b.name, b.anchor_seconds)
         else:
-            assert "committing" in b.anchor_seconds, (b.name, b.anchor_seconds)
+            assert set(b.anchor_seconds) == {"staging", "committing"}, (b.name, b.anchor_seconds)
 
 
 def _dead_pid() -> int:
