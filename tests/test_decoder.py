@@ -237,3 +237,19 @@ def test_speculative_sampling_emits_the_backbones_distribution() -> None:
     # and not just q: the draft distribution alone is far from p
     q = np.exp(np.array(q_logits)) / np.exp(np.array(q_logits)).sum()
     assert np.abs(q - p).max() > 0.3
+
+
+def test_tie_margin_tells_a_real_divergence_from_rounding(headed) -> None:
+    """Where greedy outputs part, verify asks how far apart the two tokens' logits were: the
+    backbone's own runner-up is a real difference (far above float32 rounding); a token against
+    itself is a tie."""
+    from mtpforge.decoder.stats import tie_margin
+
+    m = headed("qwen3_5")
+    d = 5
+    logits, _ = m.bb(m.prompt + m.reference[:d], m.bb.make_cache(), "post")
+    order = mx.argsort(-logits[0, -1]).tolist()
+    assert order[0] == m.reference[d]
+    margin, tol = tie_margin(m.bb, m.prompt, m.reference[:d], order[0], order[1])
+    assert margin > tol > 0 and tol < 1e-3
+    assert tie_margin(m.bb, m.prompt, m.reference[:d], order[0], order[0])[0] <= tol

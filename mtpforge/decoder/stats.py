@@ -51,3 +51,21 @@ def summarize(mtp: list[Run], plain: list[Run]) -> dict[str, Any]:
         "mtp_tok_s": fast,
         "speedup": fast / base if base > 0 else 0.0,
     }
+
+
+def tie_margin(bb: Any, prompt: list[int], prefix: list[int], a: int, b: int) -> tuple[float, float]:
+    """How close tokens ``a`` and ``b`` were where two greedy outputs part: |logit a - logit b|
+    from a fresh pass over ``prompt + prefix``, and the tolerance below which that is a tie.
+
+    Plain decoding runs one token per pass, MTP verifies k+1 at once: the same sums in another
+    order (other matmul shapes and kernels), equal up to a few ulps of the logits. When two
+    logits are that close either argmax is right, so such a split is not a decoder bug. In
+    float32 (the CPU) the tolerance is ~1e-6 of the largest logit; in bf16 it is wider.
+    """
+    import mlx.core as mx
+
+    logits, _ = bb(prompt + prefix, bb.make_cache(), "post")
+    row = logits[0, -1].astype(mx.float32)
+    margin = abs(float((row[a] - row[b]).item()))
+    tol = 8.0 * float(mx.finfo(bb.dtype).eps) * float(mx.abs(row).max().item())
+    return margin, tol
