@@ -175,10 +175,10 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     ok = bool(res.get("ok")) and res.get("identical") is True
     steps["verify"] = {"ok": ok, **{k: res.get(k) for k in (
         "identical", "tokens", "drafted", "accepted", "acceptance", "acceptance_by_position", "hidden", "hidden_variants",
-        "accepted_per_verify", "baseline_tok_s", "mtp_tok_s", "speedup", "problems")}}
+        "accepted_per_verify", "tokens_per_verify", "baseline_tok_s", "mtp_tok_s", "speedup", "problems")}}
     acc = res.get("acceptance")
     say.verdict(ok, (f"output identical to plain greedy decoding; {acc:.0%} of drafts accepted "
-                     f"({res.get('accepted_per_verify', 0):.2f} tokens per verify pass)") if ok and isinstance(acc, (int, float))
+                     f"({res.get('tokens_per_verify', 0):.2f} tokens per backbone pass instead of 1)") if ok and isinstance(acc, (int, float))
                 else f"verify failed: {res.get('problems') or res}")
 
     all_ok = all(s["ok"] for s in steps.values())

@@ -123,18 +123,20 @@ def verify(
             tie = margin <= tol
             divergences.append({"hidden": v, "prompt": i + 1, "token": d, "logit_margin": margin, "tolerance": tol,
                                 "numerical_tie": tie})
+            # CONTRACT: greedy output must equal plain decoding token for token, so even a near-tie
+            # fails; the message says which kind it was so a user on a bf16 GPU path can judge
             if tie:
-                report["notes"].append(
+                report["problems"].append(
                     f"{v}-norm MTP output parts from plain greedy at token {d} of prompt {i + 1} on a numerical tie "
-                    f"(the two tokens' logits differ by {margin:.2g}, within rounding {tol:.2g}): not a decoder bug")
+                    f"(the two tokens' logits differ by {margin:.2g}, within rounding {tol:.2g}): likely compute-dtype "
+                    "rounding between the batched verify pass and single steps, not a conversion bug")
             else:
                 report["problems"].append(
                     f"greedy MTP output ({v}-norm hidden) differs from plain greedy decoding at token {d} of prompt "
                     f"{i + 1} ({texts[i][:40]!r}; logit margin {margin:.3g}): the decoder or the backbone's caches are wrong")
     report.update({k: v for k, v in chosen.items() if k != "differences"})
     report.update(
-        identical=(not any(not x["numerical_tie"] for x in divergences)) if greedy else None,
-        exact_match=(not divergences) if greedy else None,
+        identical=(not divergences) if greedy else None,
         divergences=divergences,
         hidden=best,
         hidden_variants={v: per_variant[v]["acceptance"] for v in variants},

@@ -58,7 +58,7 @@ def test_cli_json_contract_and_exit_codes(make_hf, make_target) -> None:
     r = json.loads(ok.stdout)
     assert CONTRACT_KEYS <= set(r) and r["identical"] is True and r["ok"] is True
     assert r["accepted"] <= r["drafted"] and len(r["acceptance_by_position"]) == 2
-    assert r["exact_match"] is True and r["divergences"] == []
+    assert r["identical"] is True and r["divergences"] == []
     assert 0.0 <= r["acceptance"] <= 1.0 and r["baseline_tok_s"] > 0 and r["mtp_tok_s"] > 0
 
     # a random-weight head drafts ~nothing: a 50% floor fails the check (exit 1), output still identical
