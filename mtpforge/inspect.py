@@ -112,6 +112,13 @@ def _check_index(cat: Catalogue) -> list[Finding]:
     out: list[Finding] = []
     if cat.index is None:
         return out
+    if cat.unsafe_index:
+        k, why = next(iter(sorted(cat.unsafe_index.items())))
+        out.append(finding(
+            "INDEX_INCONSISTENT",
+            f"{INDEX_FILE}: {len(cat.unsafe_index)} entries name files outside the model folder (e.g. {k}: {why})",
+            "the index must name files inside the folder: re-download it or regenerate it from the shards",
+        ))
     indexed_files = set(cat.index.values())
     missing_files = sorted(f for f in indexed_files if not cat.store.exists(f))
     for f in missing_files:

@@ -53,9 +53,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
         raise InputError(f"target {target} does not exist", "pass the MLX model folder to add the head to")
     store = LocalStore(path)
     cat = load_catalogue(store)
-    if cat.corrupt:
-        f, why = next(iter(sorted(cat.corrupt.items())))
-        raise RefusedError(f"target file is damaged: {why}", f"re-download {f}; run `mtpforge inspect {target}`")
+    cat.refuse_damage("target")
     family = detect_family(cat.config, cat.tensors)
     if family is None:
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {cat.config.get('model_type')!r})",
@@ -240,9 +238,7 @@ def add_mtp(
     if sfamily is None:
         raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
                            "pass the original Hugging Face checkpoint of the target model")
-    if scat.corrupt:
-        f, why = next(iter(sorted(scat.corrupt.items())))
-        raise RefusedError(f"source file is damaged: {why}", f"re-download {f}")
+    scat.refuse_damage("source")
     gone = sorted({f for f in (scat.index or {}).values() if not sstore.exists(f)}) if isinstance(sstore, LocalStore) else []
     if gone:
         raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",

@@ -10,7 +10,8 @@ import pytest
 
 from mtpforge.inspect import inspect_checkpoint
 from mtpforge.pipeline import add_mtp
-from tests.checkers import codes, edit_json, rewrite
+from mtpforge.errors import RefusedError
+from tests.checkers import codes, edit_json, folder_state, rewrite
 
 QWEN35 = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe"]
 
@@ -106,6 +107,20 @@ def test_index_names_missing_file_and_absent_key(make_target):
     msgs = [f["message"] for f in r["findings"] if f["code"] == "INDEX_INCONSISTENT"]
     assert any("model-99999" in m for m in msgs) and any("absent" in m for m in msgs)
     assert r["exit_code"] == 1
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd"])
+def test_index_naming_files_outside_the_folder_is_a_finding(make_hf, make_target, name):
+    """A bad index inside a readable folder is a finding (exit 1), and add-mtp refuses it."""
+    hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    edit_json(tgt / "model.safetensors.index.json", lambda i: i["weight_map"].update({"language_model.model.x.weight": name}))
+    r = inspect_checkpoint(str(tgt))
+    assert codes(r).get("INDEX_INCONSISTENT") == "error" and r["exit_code"] == 1
+    assert any(name in f["message"] for f in r["findings"] if f["code"] == "INDEX_INCONSISTENT")
+    before = folder_state(tgt)
+    with pytest.raises(RefusedError, match="outside the model folder|absolute"):
+        add_mtp(source=str(hf), target=str(tgt), progress=False)
+    assert folder_state(tgt) == before
 
 
 def test_corrupt_shard_is_a_finding_not_a_crash(make_target):

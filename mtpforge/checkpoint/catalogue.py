@@ -12,7 +12,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import CorruptFileError, InputError
+from ..errors import CorruptFileError, InputError, RefusedError
 from .safetensors_header import Header, TensorInfo, read_header
 from .store import Store, read_json, safe_relpath
 
@@ -27,6 +27,9 @@ class Catalogue:
     headers: dict[str, Header] = field(default_factory=dict)  # file -> parsed header
     corrupt: dict[str, str] = field(default_factory=dict)  # file -> what is wrong
     files: list[str] = field(default_factory=list)
+    #: index entries whose file name points outside the folder (tensor -> what is wrong); kept
+    #: out of ``index`` so nothing ever opens them, and reported by inspect as a finding
+    unsafe_index: dict[str, str] = field(default_factory=dict)
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -43,6 +46,17 @@ class Catalogue:
     def file_tensors(self, file: str) -> dict[str, TensorInfo]:
         h = self.headers.get(file)
         return dict(h.tensors) if h else {}
+
+    def refuse_damage(self, role: str) -> None:
+        """add-mtp changes only intact checkpoints: the first defect (that inspect would report
+        as a finding) becomes a refusal naming it."""
+        if self.corrupt:
+            f, why = next(iter(sorted(self.corrupt.items())))
+            raise RefusedError(f"{role} file is damaged: {why}", f"re-download {f}; `mtpforge inspect` lists every defect")
+        if self.unsafe_index:
+            k, why = next(iter(sorted(self.unsafe_index.items())))
+            raise RefusedError(f"the {role}'s {INDEX_FILE}, entry {k}: {why}",
+                               f"re-download or regenerate {INDEX_FILE}: it must name files inside the folder")
 
     def read_tensor_bytes(self, info: TensorInfo) -> bytes:
         return self.store.read_range(info.file, info.begin, info.end)
@@ -82,8 +96,15 @@ def load_catalogue(
                 f"{INDEX_FILE} in {store.name} has no valid weight_map",
                 f"repair or re-download {INDEX_FILE}",
             )
-        index = {k: safe_relpath(v) for k, v in wm.items()}
+        index, unsafe = {}, {}
+        for k, v in wm.items():
+            try:
+                index[k] = safe_relpath(v)
+            except CorruptFileError as e:
+                unsafe[k] = e.message
     cat = Catalogue(store=store, config=config, index=index, files=files)
+    if index is not None:
+        cat.unsafe_index = unsafe
     wanted: list[str] = []
     # without an index (single-file releases) the weight files themselves are the only listing
     if all_safetensors or index is None:
