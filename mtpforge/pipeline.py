@@ -279,20 +279,24 @@ def add_mtp(
                       peak_memory_estimate=plan.peak_memory_estimate(), files_written=[])
         return report
 
-    # an existing head: identical -> nothing to do; other -> refuse unless --force
-    existing_root = dest if dest.is_dir() and any(dest.iterdir()) else None  # an empty --output holds no head
+    # an existing head: identical -> nothing to do; other -> refuse unless --force. The head that
+    # counts is the one in the folder the staged copy starts from: the target (in place, or
+    # mirrored into --output), or an existing drafter folder (an empty one holds no head)
+    drafter = layout == "mlx-vlm-drafter"
+    existing_root = (dest if dest.is_dir() and any(dest.iterdir()) else None) if drafter else tpath
     manifest = read_manifest(existing_root) if existing_root else None
     dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
     dloc = locate_head(dcat, family) if dcat is not None and dcat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
     has_head = bool(manifest) or (dloc is not None and dloc.layout != "none")
-    if has_head and manifest and manifest.get("source", {}).get("fingerprint") == fingerprint \
-            and manifest.get("options") == options and _head_intact(existing_root, manifest) and not force:
+    same = bool(manifest) and manifest.get("source", {}).get("fingerprint") == fingerprint \
+        and manifest.get("options") == options
+    if same and (out_path is None or drafter) and _head_intact(existing_root, manifest) and not force:
         report.update(status="already-present", files_written=[])
         return report
-    if has_head and not force:
+    if has_head and not force and not same:
         what = f"a head written by mtpforge from {manifest.get('source', {}).get('repo')} with other options" if manifest \
             else f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
-        raise RefusedError(f"{dest} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
+        raise RefusedError(f"{existing_root} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
     check_writable_parent(dest)
     check_disk_space(dest, plan.mtp_bytes + (1 << 20))
 
@@ -301,8 +305,6 @@ def add_mtp(
     report["fetched_bytes"] = fetched
     report["fetch_mode"] = fetch_mode
 
-    drafter = layout == "mlx-vlm-drafter"
-    in_place = out_path is None
     if drafter:
         stage = StagedFolder(dest, empty=True) if dest.exists() else StagedFolder(tpath, output=dest, empty=True)
     else:

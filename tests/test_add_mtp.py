@@ -141,6 +141,24 @@ def test_output_leaves_target_untouched(make_hf, make_target, tmp_path):
         add_mtp(source=str(hf), target=str(tgt), output=str(out), progress=False)
 
 
+def test_output_from_a_target_that_has_a_head(make_hf, make_target, tmp_path):
+    """--output copies the target, so the target's head counts: the same head is re-created in
+    the new folder; another one is refused without --force and replaced with it."""
+    hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    add_mtp(source=str(hf), target=str(tgt), progress=False)
+    before = folder_state(tgt)
+    same = add_mtp(source=str(hf), target=str(tgt), output=str(tmp_path / "same"), progress=False)
+    assert same["status"] == "written" and (tmp_path / "same" / "model-mtp.safetensors").is_file()
+    with pytest.raises(RefusedError, match="already has"):
+        add_mtp(source=str(hf), target=str(tgt), layout="sidecar", output=str(tmp_path / "other"), progress=False)
+    assert not (tmp_path / "other").exists()
+    add_mtp(source=str(hf), target=str(tgt), layout="sidecar", output=str(tmp_path / "other"), force=True, progress=False)
+    rep = inspect_checkpoint(str(tmp_path / "other"))
+    assert rep["layout"] == "sidecar" and rep["exit_code"] == 0, rep["findings"]
+    assert not (tmp_path / "other" / "model-mtp.safetensors").exists()
+    assert folder_state(tgt) == before
+
+
 def test_dry_run_changes_nothing(make_hf, make_target):
     hf, tgt = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe")
     before = folder_state(tgt)
