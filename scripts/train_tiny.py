@@ -5,8 +5,13 @@ Hugging Face layout to mtpforge/data/. A thin shell over ``mtpforge.synth.train_
 Takes a few minutes per model on a 2-core CPU. Optional, for speed only (never needed by the
 product): preload the system OpenBLAS, whose fp32 matmul is much faster than the mlx CPU wheel's,
 
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 OPENBLAS_NUM_THREADS=2 \\
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 OPENBLAS_NUM_THREADS=1 \\
         python scripts/train_tiny.py --model qwen3_5
+
+Same seed, same BLAS and thread count: the same run (two runs here had identical loss curves; the
+bundled models were made exactly as above, on Linux x86-64). Another BLAS or thread count sums in another order and ends
+at slightly different weights of the same quality. ``--check-only`` re-measures an exported
+folder (convert + add-mtp + verify, and the known conversion bugs) without training.
 """
 
 from __future__ import annotations

@@ -48,8 +48,11 @@ def test_release_layout(name: str) -> None:
         assert tuple(v.shape) == specs[k][0], k
         assert v.dtype == (mx.float32 if k.endswith("A_log") else mx.bfloat16), k
     # zero-centred: stored w - 1 sits near 0 (a trained RMSNorm gain is of order 1), while the
-    # gated linear-attention norm is stored as is
+    # gated linear-attention norm is stored as is. (The head's post_attention_layernorm is left
+    # out: it was trained from gain 4, see synth/train.py.)
     for k, v in tensors.items():
+        if k == "mtp.layers.0.post_attention_layernorm.weight":
+            continue
         if k.endswith(("input_layernorm.weight", "post_attention_layernorm.weight", "pre_fc_norm_hidden.weight",
                        "pre_fc_norm_embedding.weight")):
             assert abs(float(v.astype(mx.float32).mean())) < 0.6, k

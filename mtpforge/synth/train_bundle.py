@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import tempfile
 from pathlib import Path
@@ -27,7 +28,7 @@ from .train import (
     train,
     training_corpus,
 )
-from .train_check import check_converted, check_reload
+from .train_check import check_converted, check_reload, mutation_acceptance
 
 
 def folder_name(name: str) -> str:
@@ -79,7 +80,9 @@ def build_bundled(
             },
             # Text like this drafts at the rates above; other text (the model never saw any) will not.
             "example_prompts": [tok.decode(p, skip_special_tokens=False) for p in prompts[:6]],
-            "machine": {"platform": platform.platform(), "mlx": mx.__version__},
+            "machine": {"platform": platform.platform(), "mlx": mx.__version__,
+                        "ld_preload": os.environ.get("LD_PRELOAD", ""),
+                        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")},
         }
         export_checkpoint(folder, result.model, result.head, config, tokdir, record, model_card(record))
     if log:
@@ -104,6 +107,7 @@ def add_converted_checks(
     checks = check_converted(folder, prompts, trained_head=head, log=log)
     record["acceptance"]["converted_bf16_backbone"] = checks["bf16"]
     record["acceptance"]["converted_4bit_backbone"] = checks["4bit"]
+    record["acceptance"]["mutations"] = mutation_acceptance(folder, prompts, log=log)
     record["bytes"] = folder_bytes(folder)
     write_record(folder, record)
 
@@ -146,6 +150,9 @@ def model_card(record: dict[str, Any]) -> str:
     """A short README.md: what this is, how it was made, what it measures."""
     s = record["settings"]
     moe = record["architecture"] == "qwen3_5_moe"
+    muts = record["acceptance"].get("mutations") or {}
+    mut_line = ("\nThe same head with a known conversion bug put in on purpose (float32 reference on the source): "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.1%}" for k, v in muts.items()) + ".\n") if muts else ""
     rows = "\n".join(
         f"| {label} | {_acc(record, key, 'post')} | {_acc(record, key, 'pre')} |"
         for label, key in (("trained model, float32", "trained_float32"),
@@ -168,6 +175,8 @@ it exists so that MTP acceptance rates mean something offline.
 - Backbone: {s['backbone_steps']} steps of next-token cross-entropy ({record['backbone']['seconds']} s). Head: {s['head_steps']} steps
   with the backbone frozen ({record['head']['seconds']} s): {record['head']['objective']};
   trained on post- and pre-norm hidden states alternately (`{s['head_hidden']}`), so both variants draft.
+  The head's MLP input norm starts at gain {s.get('head_mlp_gain', 1.0)} so its SwiGLU works in the nonlinear regime
+  of released heads: a conversion that swaps gate/up halves or scrambles experts then shows in acceptance.
 - Seed {record['seed']}; `training.json` has the settings, loss curves and measurements.
 
 Greedy acceptance at depth 1 on held-out prompts (post-norm / pre-norm hidden state):
@@ -175,4 +184,4 @@ Greedy acceptance at depth 1 on held-out prompts (post-norm / pre-norm hidden st
 | backbone | post | pre |
 |---|---|---|
 {rows}
-{_verify_line(record)}"""
+{_verify_line(record)}{mut_line}"""

@@ -134,6 +134,60 @@ def source_head(folder: str | Path, model: nn.Module) -> MTPHead:
     return load_head(folder, model)
 
 
+def _swap_gate_up(p: dict[str, mx.array]) -> dict[str, mx.array]:
+    """What a converter that splits a fused ``gate_up_proj`` the wrong way round produces (for
+    the dense head: gate_proj and up_proj exchanged)."""
+    fused = any(".switch_mlp." in k for k in p)
+    out = dict(p)
+    for k in p:
+        if "gate_proj" in k and ("switch_mlp" in k or not fused) and "shared_expert" not in k:
+            u = k.replace("gate_proj", "up_proj")
+            out[k], out[u] = p[u], p[k]
+    return out
+
+
+def _swap_concat(p: dict[str, mx.array]) -> dict[str, mx.array]:
+    w = p["fc.weight"]
+    h = w.shape[1] // 2
+    return {**p, "fc.weight": mx.concatenate([w[:, h:], w[:, :h]], axis=1)}
+
+
+def _permute_experts(p: dict[str, mx.array]) -> dict[str, mx.array]:
+    n = next(v.shape[0] for k, v in p.items() if ".switch_mlp." in k)
+    perm = mx.array([(i + 1) % n for i in range(n)])
+    return {k: v[perm] if ".switch_mlp." in k else v for k, v in p.items()}
+
+
+def mutation_acceptance(
+    folder: str | Path, prompts: Sequence[Sequence[int]], *, n_new: int = 48, log: Callable[[str], None] | None = None
+) -> dict[str, float]:
+    """Acceptance of the source head (float32, on mlx-lm's load of the source) with each known
+    conversion bug put in on purpose: the figures the mutation tests of issue 4 stand on."""
+    from mlx.utils import tree_flatten
+
+    from ..families.tables import is_norm_key
+
+    model = load_backbone(folder)
+    base = dict(tree_flatten(source_head(folder, model).parameters()))
+    mutations: dict[str, Callable[[dict[str, mx.array]], dict[str, mx.array]]] = {
+        "correct": lambda p: p,
+        "norms_not_shifted": lambda p: {k: v - 1.0 if is_norm_key(k) else v for k, v in p.items()},
+        "norms_double_shifted": lambda p: {k: v + 1.0 if is_norm_key(k) else v for k, v in p.items()},
+        "concat_order_swapped": _swap_concat,
+        "gate_up_swapped": _swap_gate_up,
+    }
+    if any(".switch_mlp." in k for k in base):
+        mutations["experts_rotated_by_one"] = _permute_experts
+    out: dict[str, float] = {}
+    for name, fn in mutations.items():
+        head = source_head(folder, model)
+        head.load_weights(list(fn(dict(base)).items()))
+        out[name] = draft_acceptance(model, head, prompts, n_new=n_new)["acceptance"]
+    if log:
+        log("  mutations (post-norm acceptance): " + ", ".join(f"{k} {v:.1%}" for k, v in out.items()))
+    return out
+
+
 def check_reload(
     folder: str | Path,
     trained: nn.Module,
