@@ -236,8 +236,19 @@ def _duplicate_key(node: yaml.Node | None) -> tuple[int, str, int] | None:
     return None
 
 
+def _no_aliases(text: str, name: str) -> None:
+    """Refuse anchors and aliases before anything is built: a recipe needs none, and nested
+    aliases expand exponentially (a "billion laughs" file takes minutes and gigabytes)."""
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
+            line = ev.start_mark.line + 1
+            raise InputError(f"{name}:{line}: YAML anchors and aliases (&name / *name) are not allowed in recipes",
+                             "write the value out in full where it is used")
+
+
 def _parse_yaml(text: str, name: str) -> tuple[Any, _Lines]:
     try:
+        _no_aliases(text, name)
         data = yaml.safe_load(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:

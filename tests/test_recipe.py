@@ -106,6 +106,9 @@ CLI_CASES = {
                    ["!!python/object/apply:os.system", "not allowed"]),
     "python-name-tag": (GOOD + "force: !!python/name:os.system\n", 3, ["!!python/name:os.system", "not allowed"]),
     "bad-yaml": (GOOD + "checks:\n  verify: {depth: 1\n", 4, ["not valid YAML"]),
+    # nested aliases would expand exponentially: refused before anything is constructed
+    "alias-bomb": (GOOD + "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"l{i}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)), 3, ["anchors and aliases"]),
     "bad-indent": (GOOD + "checks:\n  inspect:\n    strict: true\n   runtime: mlx-lm\n", 6, ["not valid YAML"]),
 }
 

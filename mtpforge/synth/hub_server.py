@@ -356,19 +356,27 @@ class _Handler(BaseHTTPRequestHandler):
         return repo.commits[sha]
 
     # ------------------------------------------------------------------ endpoints
+    def _failed_by(self, entry: LogEntry, fault: Fault | None) -> bool:
+        """Apply the faults that act before a body is sent (a delay, an error status); True when
+        the request was answered with the error. Body faults are left to the caller."""
+        if fault is None:
+            return False
+        entry.fault = fault.kind
+        if fault.kind == "slow":
+            time.sleep(fault.delay)
+        elif fault.kind in ("status", "429"):
+            code = 429 if fault.kind == "429" else fault.status
+            self._error(entry, code, None, "Injected failure", {"Retry-After": str(fault.retry_after)} if code == 429 else {})
+            return True
+        return False
+
     def _model_info(self, entry: LogEntry, method: str, rev: str) -> None:
         commit = self._lookup(entry, rev)
         if commit is None:
             return
         fault = self.hub._take_fault(entry.repo or "", API, method, 0, 0, _File(Path(), 0, "", None))
-        if fault is not None:
-            entry.fault = fault.kind
-            if fault.kind == "slow":
-                time.sleep(fault.delay)
-            elif fault.kind in ("status", "429"):
-                code = 429 if fault.kind == "429" else fault.status
-                self._error(entry, code, None, "Injected failure", {"Retry-After": str(fault.retry_after)} if code == 429 else {})
-                return
+        if self._failed_by(entry, fault):
+            return
         siblings = []
         for rel, f in sorted(commit.files.items()):
             s: dict[str, Any] = {"rfilename": rel, "size": f.size, "blobId": hashlib.sha1(f.etag.encode()).hexdigest()}
@@ -443,17 +451,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             partial = True
         fault = self.hub._take_fault(entry.repo or "", entry.file or "", method, first, last, f)
-        if fault is not None:
-            entry.fault = fault.kind
-            if fault.kind == "slow":
-                time.sleep(fault.delay)
-            elif fault.kind in ("status", "429"):
-                code = 429 if fault.kind == "429" else fault.status
-                extra = {"Retry-After": str(fault.retry_after)} if code == 429 else {}
-                self._error(entry, code, None, "Injected failure", extra)
-                return
-            elif fault.kind == "ignore_range":
-                first, last, partial = 0, f.size - 1, False
+        if self._failed_by(entry, fault):
+            return
+        if fault is not None and fault.kind == "ignore_range":
+            first, last, partial = 0, f.size - 1, False
         n = last - first + 1
         status = 206 if partial else 200
         if partial:
