@@ -394,7 +394,10 @@ def add_mtp(
         status="written",
         files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if "embedded" == layout or (layout == "vllm-mlx" and family == "qwen3_next") else set()))],
         notes=report["notes"] + notes,
-        inspect={"findings": check["findings"], "norm_convention": "shifted"},
+        # the staged check cannot see provenance (it ignores the manifest on purpose, to judge
+        # the files alone), so "convention unknown" there only restates what add-mtp decided
+        inspect={"findings": [f for f in check["findings"] if f["code"] != "NORM_CONVENTION_UNKNOWN"],
+                 "norm_convention": "shifted"},
     )
     prog.done(f"added the MTP head to {dest} ({layout} layout)")
     return report
