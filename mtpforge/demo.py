@@ -20,9 +20,9 @@ from .errors import InputError
 BUNDLED_MODEL = "tiny-qwen3_5"
 TARGET_NAME = "tiny-qwen3_5-4bit"
 Q_BITS, Q_GROUP = 4, 64
-#: The bundled model was trained to ~75-80% greedy acceptance in bf16; a head written with the
-#: wrong norm convention drafts ~0%, a double-shifted one about half. The floor sits between.
-MIN_ACCEPTANCE = 0.3
+#: The bundled model drafts at ~86-90% greedy acceptance (4-bit backbone); a head written with the
+#: wrong norm convention drafts ~2%, with its fc inputs swapped ~5%. The floor is issue 4's bar.
+MIN_ACCEPTANCE = 0.6
 
 
 def tiny_model_path() -> Path:

@@ -214,16 +214,18 @@ def _swap_gate_up(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
 
 
 #: Each known conversion bug and the least relative fall of acceptance it must cause here.
-#: Norms and concat order break what every draft passes through: acceptance at least halves
-#: (issue 4). The tiny heads lean little on their MLP, and for small pre-activations
-#: silu(g)·u ≈ g·u/2 + g²u/4 is nearly symmetric in g and u, so exchanging gate and up costs
-#: them only ~10%; experts out of order cost ~40% (measured 82.8% -> 47.1% on the MoE model).
-#: On real models both are far worse; these floors prove verify still sees them.
+#: Norms, concat order and expert order break what every draft passes through: acceptance at
+#: least halves (issue 4; measured on the MoE model 83.5% -> 3.1%, 4.0%, 38.2%). Gate and up
+#: exchanged falls by about a third (89.4% -> 56.6% dense, 83.5% -> 53.7% MoE), not half: for
+#: small pre-activations silu(g)·u ≈ g·u/2 + g²u/4 is nearly symmetric in g and u, and a head
+#: this small leans little on its MLP (the bundled heads were retrained with their MLP input at
+#: gain 4 to make it lean more, which took the fall from ~10% to ~35%). On real models it is
+#: far worse; this floor proves verify still sees it.
 MUTATIONS: dict[str, tuple[Callable[[dict[str, mx.array]], dict[str, mx.array]], float]] = {
     "norms_not_shifted": (_per_tensor(_norms(-1.0)), 0.5),
     "concat_order_swapped": (_per_tensor(_swap_fc_halves), 0.5),
-    "experts_out_of_order": (_per_tensor(_roll_experts), 0.3),
-    "gate_up_swapped": (_swap_gate_up, 0.05),
+    "experts_out_of_order": (_per_tensor(_roll_experts), 0.5),
+    "gate_up_swapped": (_swap_gate_up, 0.3),
 }
 MOE_ONLY = ("experts_out_of_order",)
 
@@ -244,8 +246,18 @@ def test_each_known_conversion_bug_lowers_acceptance(converted, kind: str, tmp_p
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
 def test_a_double_shift_lowers_acceptance_measurably(converted, kind: str, tmp_path: Path) -> None:
+    """+2 instead of +1 only rescales what the next layer sees, and a tiny model absorbs most of
+    that: the fall is 1.5-2 points (88.2% -> 86.8% dense, 85.7% -> 83.9% MoE), below the noise
+    of a dozen prompts, so this measures on 48 held-out documents."""
     target = converted(kind)
-    good = _verify(target, hidden="post")["acceptance"]
-    bad = _verify(_mutate(target, tmp_path / "double", _per_tensor(_norms(+1.0))), hidden="post")["acceptance"]
+    docs = default_corpus(200, seed=424242)
+    prompts = list(DEFAULT_PROMPTS) + [docs[i] + "\n" + docs[i + 1][: max(4, len(docs[i + 1]) // 3)] for i in range(0, 96, 2)]
+
+    def acceptance(folder: Path) -> float:
+        return verify(str(folder), generate=True, prompts=prompts, max_tokens=MAX_TOKENS, progress=False,
+                      hidden="post")["acceptance"]
+
+    good = acceptance(target)
+    bad = acceptance(_mutate(target, tmp_path / "double", _per_tensor(_norms(+1.0))))
     report(f"{kind} double_shift", {"good": good, "double_shifted": bad})
     assert bad < good - 0.01, (good, bad)
