@@ -104,6 +104,13 @@ def _reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) ->
     return read, res.fetched_bytes, res.mode
 
 
+def _planned_requests(infos: list[TensorInfo]) -> int:
+    """How many Range requests ``--fetch ranges`` will make (neighbours coalesced)."""
+    from .checkpoint.fetch import plan_runs
+
+    return len(plan_runs(infos))
+
+
 # ----------------------------------------------------------------------------- manifest
 
 def _entry(path: Path) -> dict[str, Any]:
@@ -276,6 +283,7 @@ def add_mtp(
     if dry_run:
         report.update(dry_run=True, status="planned", files_to_write=files, fetch_bytes=source_bytes(to_fetch),
                       fetch_tensors=len(to_fetch), fetch_files=sorted({i.file for i in to_fetch}),
+                      fetch_requests=None if local_source else _planned_requests(to_fetch),
                       peak_memory_estimate=plan.peak_memory_estimate(), files_written=[])
         return report
 

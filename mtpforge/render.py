@@ -67,11 +67,12 @@ def render_add(r: dict[str, Any], console: Console) -> None:
     t.add_column(style="bold")
     t.add_column(overflow="fold")
     planned = bool(r.get("dry_run"))
-    keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_files",
-            "revision", "peak_memory_estimate") if planned else \
+    keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_requests",
+            "fetch_files", "revision", "peak_memory_estimate") if planned else \
         ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest")
     labels = {"mtp_bytes": "MTP bytes written" if not planned else "MTP bytes to write",
               "fetch_bytes": "source bytes to read", "fetch_tensors": "source tensors", "fetch_files": "from files",
+              "fetch_requests": "range requests",
               "fetched_bytes": "downloaded", "peak_memory_estimate": "peak memory (est.)"}
     for k in keys:
         if r.get(k) is not None:

@@ -210,6 +210,12 @@ def test_dry_run_downloads_no_tensor_data(hub, synth, make_target):
     assert r.code == 0, r.stderr
     assert r.json["dry_run"] and r.json["fetch_bytes"] == mtp_source_bytes(synth.hf("qwen3_5_moe"))
     assert hub.tensor_bytes(repo) == 0 and folder_state(tgt) == before
+    # the plan's request count is what the real run then makes
+    planned = r.json["fetch_requests"]
+    hub.server.clear_log()
+    assert hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--fetch", "ranges").code == 0
+    data_requests = [e for e in hub.log(repo) if e.method == "GET" and e.tensor_bytes > 0]
+    assert planned == len(data_requests) > 0
 
 
 def test_revision_branch_resolves_to_its_commit(hub, synth, make_hf, make_target):
