@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -193,6 +193,27 @@ def _log(msg: str, log: Callable[[str], None] | None) -> None:
         log(msg)
 
 
+def _fit(
+    module: nn.Module, opt: optim.Optimizer, step_loss: Callable[[int, mx.array], tuple[mx.array, Any]],
+    data: Iterator[mx.array], steps: int, label: str, log: Callable[[str], None] | None,
+) -> tuple[list[tuple[int, float]], float]:
+    """The one training loop: clipped AdamW steps, a smoothed loss sampled every 50 steps.
+    Returns ((step, loss) samples, seconds)."""
+    losses: list[tuple[int, float]] = []
+    t0 = time.perf_counter()
+    run = 0.0
+    for step in range(1, steps + 1):
+        loss, grads = step_loss(step, next(data))
+        grads, _ = optim.clip_grad_norm(grads, 1.0)
+        opt.update(module, grads)
+        mx.eval(module.parameters(), opt.state, loss)
+        run = float(loss) if step == 1 else 0.95 * run + 0.05 * float(loss)
+        if step % 50 == 0 or step == steps:
+            losses.append((step, round(run, 4)))
+            _log(f"{label} step {step}/{steps} loss {run:.3f} ({time.perf_counter() - t0:.0f} s)", log)
+    return losses, time.perf_counter() - t0
+
+
 def train_backbone(
     model: nn.Module, stream: np.ndarray, settings: TrainSettings, log: Callable[[str], None] | None = None
 ) -> tuple[list[tuple[int, float]], float]:
@@ -206,21 +227,10 @@ def train_backbone(
         return nn.losses.cross_entropy(logits, batch[:, 1:], reduction="mean")
 
     step_fn = nn.value_and_grad(model, loss_fn)
-    losses: list[tuple[int, float]] = []
-    data = batches(stream, settings, settings.seed + 1)
-    t0 = time.perf_counter()
-    run = 0.0
-    for step in range(1, settings.backbone_steps + 1):
-        loss, grads = step_fn(model, next(data))
-        grads, _ = optim.clip_grad_norm(grads, 1.0)
-        opt.update(model, grads)
-        mx.eval(model.parameters(), opt.state, loss)
-        run = float(loss) if step == 1 else 0.95 * run + 0.05 * float(loss)
-        if step % 50 == 0 or step == settings.backbone_steps:
-            losses.append((step, round(run, 4)))
-            _log(f"backbone step {step}/{settings.backbone_steps} loss {run:.3f} ({time.perf_counter() - t0:.0f} s)", log)
+    out = _fit(model, opt, lambda step, batch: step_fn(model, batch), batches(stream, settings, settings.seed + 1),
+               settings.backbone_steps, "backbone", log)
     model.eval()
-    return losses, time.perf_counter() - t0
+    return out
 
 
 def head_loss(
@@ -250,23 +260,15 @@ def train_head(
     head.train()
     opt = optim.AdamW(learning_rate=_schedule(settings.head_lr, settings.head_steps), weight_decay=settings.weight_decay)
     fns = {v: nn.value_and_grad(head, lambda hd, b, v=v: head_loss(model, hd, b, settings, v)) for v in ("post", "pre")}
-    losses: list[tuple[int, float]] = []
-    data = batches(stream, settings, settings.seed + 2)
-    t0 = time.perf_counter()
-    run = 0.0
-    for step in range(1, settings.head_steps + 1):
+
+    def step_loss(step: int, batch: mx.array) -> tuple[mx.array, Any]:
         variant = settings.head_hidden if settings.head_hidden != "mix" else ("post", "pre")[step % 2]
-        loss, grads = fns[variant](head, next(data))
-        grads, _ = optim.clip_grad_norm(grads, 1.0)
-        opt.update(head, grads)
-        mx.eval(head.parameters(), opt.state, loss)
-        run = float(loss) if step == 1 else 0.95 * run + 0.05 * float(loss)
-        if step % 50 == 0 or step == settings.head_steps:
-            losses.append((step, round(run, 4)))
-            _log(f"head step {step}/{settings.head_steps} loss {run:.3f} ({time.perf_counter() - t0:.0f} s)", log)
+        return fns[variant](head, batch)
+
+    out = _fit(head, opt, step_loss, batches(stream, settings, settings.seed + 2), settings.head_steps, "head", log)
     head.eval()
     model.unfreeze()
-    return losses, time.perf_counter() - t0
+    return out
 
 
 def text_args(model: nn.Module) -> Any:
