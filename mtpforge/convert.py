@@ -120,8 +120,11 @@ _ABS_MASK = {"<u2": {"BF16": 0x7FFF, "F16": 0x7FFF}, "<u4": {"F32": 0x7FFFFFFF}}
 _CHUNK = 1 << 22
 
 
-def scan_head(path: Path, keys: Mapping[str, TensorInfo]) -> HeadScan:
-    """Digests and data checks of every tensor in ``path``, reading it once from start to end."""
+def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = True) -> HeadScan:
+    """Digests and data checks of every tensor in ``path``, reading it once from start to end.
+
+    ``whole_file=False`` reads only the tensors named (no whole-file hash): inspect's data check
+    of a head that shares its shards with the backbone."""
     out = HeadScan()
     whole = hashlib.sha256()
     infos = sorted(keys.items(), key=lambda kv: kv[1].begin)
@@ -131,6 +134,8 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo]) -> HeadScan:
     pending: list[Future[None]] = []
 
     def feed(chunk: bytes) -> None:
+        if not whole_file:
+            return
         if pending:
             pending.pop().result()
         pending.append(pool.submit(whole.update, chunk))
@@ -139,7 +144,10 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo]) -> HeadScan:
         pos = 0
         for k, info in infos:
             if info.begin > pos:
-                feed(f.read(info.begin - pos))
+                if whole_file:
+                    feed(f.read(info.begin - pos))
+                else:
+                    f.seek(info.begin)
             h = hashlib.sha256()
             left = info.nbytes
             finite, nonzero = True, False
@@ -166,14 +174,9 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo]) -> HeadScan:
                 out.nonfinite.append(k)
             elif is_proj and info.nbytes and not nonzero:
                 out.degenerate.append(k)
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
+        for chunk in iter(lambda: f.read(_CHUNK), b"") if whole_file else ():
             feed(chunk)
         if pending:
             pending.pop().result()
-    out.file_sha256 = whole.hexdigest()
+    out.file_sha256 = whole.hexdigest() if whole_file else ""
     return out
-
-
-def tensor_digests(path: Path, keys: Mapping[str, TensorInfo]) -> dict[str, str]:
-    """sha256 of every tensor's bytes in a written file (re-read, streaming)."""
-    return scan_head(path, keys).digests

@@ -210,27 +210,29 @@ def _norm_convention(
     return conv, "backbone", verdicts, found
 
 
-def _data_checks(cat: Catalogue, loc: HeadLocation) -> list[Finding]:
-    """NaN/Inf and all-zero projections or scales; local folders only (reads the head once)."""
-    nonfinite: list[str] = []
-    degenerate: list[str] = []
-    for bare, info in sorted(loc.entries.items()):
-        a = to_mx(info, cat.read_tensor_bytes(info))
-        if mx.issubdtype(a.dtype, mx.floating):
-            if not mx.all(mx.isfinite(a)).item():
-                nonfinite.append(bare)
-                continue
-        is_proj = bare.endswith(".scales") or (len(info.shape) >= 2 and not bare.endswith(".biases"))
-        if is_proj and a.size and not mx.any(a != 0).item():
-            degenerate.append(bare)
+def data_findings(nonfinite: list[str], degenerate: list[str]) -> list[Finding]:
+    """NONFINITE_WEIGHTS / DEGENERATE_TENSOR from a scan's lists (inspect's and add-mtp's)."""
+    fix = "re-create the head with `mtpforge add-mtp --force` from the original source"
     out = []
     if nonfinite:
-        out.append(finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(nonfinite)} head tensor(s): {', '.join(nonfinite[:3])}",
-                           "re-create the head with `mtpforge add-mtp --force` from the original source"))
+        out.append(finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(nonfinite)} head tensor(s): {', '.join(sorted(nonfinite)[:3])}", fix))
     if degenerate:
-        out.append(finding("DEGENERATE_TENSOR", f"{len(degenerate)} head tensor(s) are all zeros: {', '.join(degenerate[:3])}",
-                           "re-create the head with `mtpforge add-mtp --force` from the original source"))
+        out.append(finding("DEGENERATE_TENSOR", f"{len(degenerate)} head tensor(s) are all zeros: {', '.join(sorted(degenerate)[:3])}", fix))
     return out
+
+
+def _data_checks(store: LocalStore, loc: HeadLocation) -> list[Finding]:
+    """NaN/Inf and all-zero projections or scales, chunk by chunk (a 512-expert stack is ~800 MB):
+    the same scan add-mtp runs on what it writes."""
+    from .convert import scan_head
+
+    nonfinite: list[str] = []
+    degenerate: list[str] = []
+    for file in loc.files:
+        scan = scan_head(store.path(file), {k: i for k, i in loc.entries.items() if i.file == file}, whole_file=False)
+        nonfinite += scan.nonfinite
+        degenerate += scan.degenerate
+    return data_findings(nonfinite, degenerate)
 
 
 def inspect_checkpoint(
@@ -459,7 +461,7 @@ def inspect_checkpoint(
             f"mtpforge add-mtp --layout {RUNTIME_LAYOUTS[runtime][0]} --force",
         ))
     if data_checks and isinstance(store, LocalStore):
-        findings += _data_checks(cat, loc)
+        findings += _data_checks(store, loc)
     return _finish(report, findings, strict)
 
 

@@ -16,7 +16,7 @@ from . import __version__
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store, safe_relpath
-from .convert import HeadScan, Reader, scan_head, write_plan
+from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
@@ -385,12 +385,12 @@ def add_mtp(
         stage.write_bytes(MANIFEST, dump_json(manifest_obj))
 
         prog.step("validating the staged folder")
-        from .inspect import inspect_checkpoint
+        from .inspect import data_findings, inspect_checkpoint
 
         # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
         # read whole tensors (a 512-expert stack is ~800 MB)
         check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False)
-        check["findings"] += _scan_findings(scan)
+        check["findings"] += [f.as_dict() for f in data_findings(scan.nonfinite, scan.degenerate)]
         errors = [f for f in check["findings"] if f["severity"] == "error"]
         if errors:
             e = errors[0]
@@ -409,18 +409,6 @@ def add_mtp(
     )
     prog.done(f"added the MTP head to {dest} ({layout} layout)")
     return report
-
-
-def _scan_findings(scan: HeadScan) -> list[dict[str, str]]:
-    from .findings import finding
-
-    fix = "re-create the head with `mtpforge add-mtp --force` from the original source"
-    out = []
-    if scan.nonfinite:
-        out.append(finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(scan.nonfinite)} head tensor(s): {', '.join(sorted(scan.nonfinite)[:3])}", fix))
-    if scan.degenerate:
-        out.append(finding("DEGENERATE_TENSOR", f"{len(scan.degenerate)} head tensor(s) are all zeros: {', '.join(sorted(scan.degenerate)[:3])}", fix))
-    return [f.as_dict() for f in out]
 
 
 def _files_for(plan: Plan, dest: Path) -> list[str]:
