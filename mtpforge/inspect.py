@@ -27,6 +27,7 @@ from .findings import ERROR, INFO, WARNING, Finding, finding
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head, read_entries
 from .layouts.quant import expected_precision, quant_defaults, stored_precision
 from .layouts.table import MANIFEST, RUNTIMES, SIDECAR_FILE, loads_in_mlx_lm_glob, runtime_module_path
+from .manifest import read_manifest_hint
 
 #: expert formats each runtime loads for an MoE head (SPEC §5)
 RUNTIME_EXPERTS: dict[str, tuple[str, ...]] = {
@@ -81,16 +82,6 @@ def _base_model(store: Store) -> str | None:
         return None
     m = re.search(r"^base_model:\s*\n?\s*-?\s*([\w.\-]+/[\w.\-]+)", text, re.M)
     return m.group(1) if m else None
-
-
-def _read_manifest(store: Store) -> dict[str, Any] | None:
-    if not store.exists(MANIFEST):
-        return None
-    try:
-        obj = json.loads(store.read_bytes(MANIFEST))
-        return obj if isinstance(obj, dict) else None
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def _modules(bare_keys: list[str]) -> list[str]:
@@ -269,7 +260,7 @@ def inspect_checkpoint(
     fam = FAMILIES[family]
     declared = declared_mtp_layers(cat.config, family)
     loc = locate_head(cat, family)
-    manifest = _read_manifest(store) if use_manifest else None
+    manifest = read_manifest_hint(store) if use_manifest else None
     src_hint = (
         source
         or ((manifest or {}).get("source") or {}).get("repo")

@@ -8,30 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
-from .checkpoint.store import LocalStore, Store, safe_relpath
+from .checkpoint.store import LocalStore, Store
 from .convert import Reader, scan_head, write_plan
-from .errors import InputError, MtpforgeError, RefusedError
+from .errors import InputError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
 from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
+from .manifest import build_manifest, entry, head_intact, read_manifest, undo
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
 from .progress import Progress
 from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent, cleanup_leftovers
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
-
-MANIFEST_VERSION = 1
-
 
 # ----------------------------------------------------------------------------- resolve
 
@@ -111,72 +107,7 @@ def _planned_requests(infos: list[TensorInfo]) -> int:
     return len(plan_runs(infos))
 
 
-# ----------------------------------------------------------------------------- manifest
-
-def _entry(path: Path) -> dict[str, Any]:
-    """How a file looked before we changed it: content, symlink target, or absent."""
-    if path.is_symlink():
-        return {"kind": "symlink", "target": os.readlink(path)}
-    if path.is_file():
-        return {"kind": "file", "text": path.read_bytes().decode("utf-8")}
-    return {"kind": "absent"}
-
-
-def read_manifest(folder: Path) -> dict[str, Any] | None:
-    p = folder / MANIFEST
-    if not p.is_file():
-        return None
-    try:
-        m = json.loads(p.read_text("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise RefusedError(f"{p} is not valid JSON", f"delete {p} only if you know what changed, then re-run with --force") from None
-    if not isinstance(m, dict):
-        return None
-    # remove-mtp deletes and rewrites what the manifest names: a hostile one must not reach
-    # outside the folder (``/etc/...``, ``../``)
-    added, changed = m.get("added", []), m.get("changed") or {}
-    try:
-        ok = isinstance(added, list) and isinstance(changed, dict) and all(isinstance(v, dict) for v in changed.values()) \
-            and all(isinstance(r, str) and safe_relpath(r) == r for r in [*added, *changed])
-    except MtpforgeError:
-        ok = False
-    if not ok:
-        raise RefusedError(f"{p} is malformed or names files outside {folder.name}",
-                           f"restore {MANIFEST} from a backup, or delete it and use add-mtp --force")
-    return m
-
-
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _head_intact(folder: Path, manifest: dict[str, Any]) -> bool:
-    for rel, sha in (manifest.get("file_sha256") or {}).items():
-        p = folder / rel
-        if not p.is_file() or _file_sha(p) != sha:
-            return False
-    return True
-
-
 # ----------------------------------------------------------------------------- undo
-
-def _undo(stage: StagedFolder, manifest: dict[str, Any]) -> None:
-    """Undo what a manifest says add-mtp did, inside a staged folder."""
-    for rel in manifest.get("added", []):
-        stage.remove(rel)
-    for rel, before in (manifest.get("changed") or {}).items():
-        kind = before.get("kind")
-        if kind == "absent":
-            stage.remove(rel)
-        elif kind == "symlink":
-            stage.restore_link(rel, before["target"])
-        else:
-            stage.write_bytes(rel, before["text"].encode("utf-8"))
-
 
 def _strip_foreign_head(stage: StagedFolder, cat: Catalogue, loc: HeadLocation) -> list[str]:
     """Remove a head that mtpforge did not write (for --force): dedicated files go, shards that
@@ -298,7 +229,7 @@ def add_mtp(
     has_head = bool(manifest) or (dloc is not None and dloc.layout != "none")
     same = bool(manifest) and manifest.get("source", {}).get("fingerprint") == fingerprint \
         and manifest.get("options") == options
-    if same and (out_path is None or drafter) and _head_intact(existing_root, manifest) and not force:
+    if same and (out_path is None or drafter) and head_intact(existing_root, manifest) and not force:
         report.update(status="already-present", files_written=[])
         return report
     if has_head and not force and not same:
@@ -320,11 +251,11 @@ def add_mtp(
     with stage:
         notes: list[str] = []
         if has_head and manifest:
-            _undo(stage, manifest)
+            undo(stage, manifest)
         elif has_head and dloc is not None and dcat is not None:
             notes += _strip_foreign_head(stage, dcat, dloc)
         base_cfg = json.loads(stage.path("config.json").read_text("utf-8")) if not drafter else dict(tcat.config)
-        before = {rel: _entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)} if not drafter else {}
+        before = {rel: entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)} if not drafter else {}
 
         prog.step(f"converting to the {layout} layout")
         head_file = stage.new_file(plan.file)
@@ -360,28 +291,14 @@ def add_mtp(
                     family=family, n_layers=n_layers, mtp_tensors=plan.mtp_tensors, expert_format=plan.expert_format,
                     source=src_name, revision=commit)))
                 added.append(VLLM_MLX_MANIFEST)
-        manifest_obj = {
-            "mtpforge_manifest": MANIFEST_VERSION,
-            "mtpforge_version": __version__,
-            "family": family,
-            "layout": layout,
-            "source": {"repo": source if not isinstance(sstore, LocalStore) else str(Path(source).name),
-                       "revision": commit, "local": isinstance(sstore, LocalStore), "fingerprint": fingerprint},
-            "options": options,
-            "norm_convention": "shifted",
-            "norm_shift": "+1 on the 7 zero-centred MTP norm kinds (source is raw Hugging Face)",
-            "expert_format": plan.expert_format,
-            "precision": {
-                "float_dtype": plan.float_dtype,
-                "default": plan.default_q.as_config() if plan.default_q else None,
-                "modules": {m.bare: (m.q.as_config() if m.q else m.float_dtype) for m in plan.modules},
-            },
-            "mtp_layers": n_layers,
-            "tensors": {k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
-            "file_sha256": {plan.file: scan.file_sha256},
-            "added": added + [MANIFEST],
-            "changed": before,
-        }
+        manifest_obj = build_manifest(
+            family=family, layout=layout,
+            source={"repo": source if not isinstance(sstore, LocalStore) else str(Path(source).name),
+                    "revision": commit, "local": isinstance(sstore, LocalStore), "fingerprint": fingerprint},
+            options=options, plan=plan, n_layers=n_layers,
+            tensors={k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
+            file_sha256={plan.file: scan.file_sha256}, added=added, changed=before,
+        )
         stage.write_bytes(MANIFEST, dump_json(manifest_obj))
 
         prog.step("validating the staged folder")
@@ -440,7 +357,7 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
     prog = Progress(enabled=progress)
     prog.step("staging the restored folder")
     with StagedFolder(path) as stage:
-        _undo(stage, manifest)
+        undo(stage, manifest)
         prog.step("committing")
         stage.commit()
     prog.done(f"removed the MTP head from {path}")
