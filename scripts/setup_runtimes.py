@@ -45,6 +45,10 @@ RUNTIMES: dict[str, dict] = {
         "version": "0.6.0",
         "packages": ["vllm-mlx==0.6.0", "mlx[cpu]"],
         "torch": True,  # via torchvision
+        # PyPI's torchvision is built for the CUDA torch: beside the CPU torch its ops do not
+        # register ("operator torchvision::nms does not exist"), which breaks transformers'
+        # AutoProcessor and so every mlx-vlm (MLLM) load. Only image preprocessing uses it.
+        "remove": ["torchvision"],
         "imports": ["vllm_mlx", "mlx_lm", "mlx.core"],
     },
     "mlx-vlm": {
@@ -144,6 +148,8 @@ def _build_locked(name: str, log) -> dict:
         cfile.write_text(TORCH + "\n")
         constraints = ["-c", str(cfile)]
     _pip(py, *constraints, *spec["packages"])
+    if spec.get("remove"):
+        subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", *spec["remove"]], check=True)
     code = "import importlib,sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
     subprocess.run([str(py), "-c", code, *spec["imports"]], check=True)
     freeze = subprocess.run(
@@ -155,6 +161,7 @@ def _build_locked(name: str, log) -> dict:
         "version": spec["version"],
         "packages": spec["packages"],
         "torch": TORCH if spec["torch"] else None,
+        "removed": spec.get("remove", []),
         "install_seconds": round(time.monotonic() - t0, 1),
         "size_bytes": _size(tmp),
         "python": sys.version.split()[0],

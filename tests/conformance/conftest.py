@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -16,9 +18,18 @@ _T0 = time.monotonic()
 
 
 @pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> H.Models:
+def work_root() -> Any:
+    """This session's own scratch folder (not pytest's numbered basetemp, which a concurrent
+    pytest run of the same user may rotate away under a long suite)."""
+    root = Path(tempfile.mkdtemp(prefix="mtpforge-conformance-"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def models(work_root: Path) -> H.Models:
     """The trained sources and one real mlx_lm conversion (4-bit) of each, shared by every cell."""
-    return H.Models(tmp_path_factory.mktemp("conformance-models"))
+    return H.Models(work_root / "models")
 
 
 @pytest.fixture(scope="session")

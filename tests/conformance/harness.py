@@ -52,7 +52,7 @@ class Cell:
 
     @property
     def id(self) -> str:
-        extra = "-default-layout" if self.kind == "default" else ""
+        extra = {"default": "-default-layout", "candidate": "-candidate"}.get(self.kind, "")
         return f"{self.runtime}-{self.family}-{self.precision}{extra}"
 
 
@@ -64,6 +64,9 @@ class Models:
     sources: dict[str, Path] = field(default_factory=dict)
     targets: dict[str, Path] = field(default_factory=dict)
     _prompts: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def source(self, family: str) -> Path:
         if family not in self.sources:
@@ -186,33 +189,56 @@ def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[
         "error": res.get("error"), "failed_stage": res.get("stage"), "notes": res.get("notes", []),
         "standins": res.get("standins", []), "driver_seconds": res.get("seconds"),
     }
+    if row["identical"] is False:
+        row["first_divergence"] = _first_divergence(res["plain"], res["mtp"])
+    if row["backbone_unchanged"] is False:
+        row["backbone_divergence"] = _first_divergence(bare_tokens, res["plain"])
     row["passes"] = bool(row["loads"] and row["tensors_consumed"] and row["values_as_written"]
                          and row["identical"] and row["backbone_unchanged"] and (row["drafted"] or 0) > 0)
     return row
 
 
+def _first_divergence(a: list[list[int]], b: list[list[int]]) -> list[dict[str, Any]]:
+    """Where two runs' token lists first differ, per prompt that differs."""
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            j = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            out.append({"prompt": i, "token": j, "of": len(x)})
+    return out
+
+
 def why_not(row: dict[str, Any]) -> str:
+    """What failed, in the runtime's own words where it raised."""
     if row.get("error"):
         return f"{row.get('failed_stage') or row.get('outcome')}: {row['error']}"
-    bad = [k for k in ("loads", "tensors_consumed", "values_as_written", "identical", "backbone_unchanged")
-           if row.get(k) is not True]
-    if not (row.get("drafted") or 0):
+    checks = ("backbone_unchanged",) if row.get("kind") in ("default", "candidate") else \
+        ("loads", "tensors_consumed", "values_as_written", "identical", "backbone_unchanged")
+    bad = [k for k in checks if row.get(k) is not True]
+    if row.get("kind") == "runtime" and not (row.get("drafted") or 0):
         bad.append("drafted nothing")
     return f"failed checks {bad}; load {row.get('load_report')}; values differ {row.get('values_differ')}; " \
-           f"notes {row.get('notes')}"
+           f"notes {row.get('notes')}; divergence {row.get('first_divergence') or row.get('backbone_divergence')}"
 
 
 def cell_text(row: dict[str, Any]) -> str:
     """One matrix cell: verdict and acceptance (runtime / verify)."""
-    if row.get("kind") == "default":
-        b = row.get("backbone_unchanged")
-        return "backbone ok" if b else ("BACKBONE CHANGED" if b is False else f"no load: {row.get('error', '')[:40]}")
     if row.get("outcome") == "add-mtp refused":
-        return "add-mtp refused"
+        return f"add-mtp refused: {(row.get('error') or '')[:80]}"
+    if row.get("error") and row.get("failed_stage") == "load":
+        return f"LOAD FAILS: {row['error'][:110]}"
+    if row.get("kind") in ("default", "candidate"):
+        b = row.get("backbone_unchanged")
+        head = "head not read"
+        if row.get("loads"):
+            head = "head loaded"
+            if row.get("drafted"):
+                head += f", drafts {row['acceptance_runtime']:.1%}, identical {row.get('identical')}"
+        return f"backbone unchanged, {head}" if b else ("BACKBONE CHANGED" if b is False else f"FAIL {why_not(row)[:100]}")
     if not row.get("passes"):
-        return f"FAIL {why_not(row)[:60]}"
+        return f"FAIL {why_not(row)[:110]}"
     a, v = row.get("acceptance_runtime"), row.get("acceptance_verify")
-    return f"ok {a:.0%}" + (f" (verify {v:.0%})" if v is not None else "")
+    return f"ok, runtime acceptance {a:.1%}" + (f" (mtpforge verify {v:.1%})" if v is not None else "")
 
 
 def matrix_lines(rows: list[dict[str, Any]], seconds: float) -> list[str]:
@@ -249,9 +275,11 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
             continue
         folders[cell.id] = folder
         entries.append({"id": cell.id, "folder": str(folder), "drafter": str(drafter) if drafter else None,
-                        "mtp": cell.kind == "runtime"})
+                        "mtp": cell.kind != "default"})
+    from mtpforge.verify import DEFAULT_PROMPTS
+
     spec = {"cells": entries, "bare": str(models.target(family)), "prompts": models.prompts(family),
-            "max_tokens": MAX_TOKENS, "family": family}
+            "texts": list(DEFAULT_PROMPTS), "max_tokens": MAX_TOKENS, "family": family}
     res = run_driver(runtime, spec, work) if entries else {"cells": {}}
     bare = res.get("bare") or {}
     bare_tokens = bare.get("tokens")
@@ -260,8 +288,8 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
             continue
         row = rows[cell.id]
         row.update(summarize(res["cells"][cell.id], bare_tokens))
-        if cell.kind == "default":
-            row["passes"] = bool(row["backbone_unchanged"])
+        if cell.kind in ("default", "candidate"):
+            row["passes"] = bool(row["backbone_unchanged"]) and row["identical"] is not False
         elif row["loads"]:
             row["acceptance_verify"] = verify_acceptance(folders[cell.id])
         if bare_tokens is None:

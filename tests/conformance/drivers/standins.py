@@ -70,6 +70,10 @@ def float32_expert_stacks(model: Any) -> int:
             m["weight"] = m["weight"].astype(mx.float32)
             count += 1
 
+    for _ in range(3):  # engines wrap the model (vllm-mlx's MLLM route: ._model)
+        if isinstance(model, nn.Module):
+            break
+        model = getattr(model, "_model", None) or getattr(model, "model", None)
     if isinstance(model, nn.Module):
         model.apply_to_modules(visit)
     if count and "float32 expert stacks" not in " ".join(APPLIED):
