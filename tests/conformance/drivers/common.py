@@ -67,11 +67,14 @@ class LoadLog:
         nn.Module.load_weights = self._orig
 
     def head_calls(self) -> list[dict[str, Any]]:
-        """The calls that loaded an MTP head (the offered keys hold ``pre_fc_norm_hidden``), plus
-        any later call on a sub-module of that head (runtimes that patch experts in afterwards)."""
+        """The calls that loaded an MTP head (the offered keys hold ``pre_fc_norm_hidden`` and no
+        backbone embedding), plus any later call on a sub-module of that head (runtimes that
+        patch experts in afterwards)."""
         out, heads = [], []
         for c in self.calls:
-            if any(relative_head_key(k) == HEAD_MARK for k in c["offered"]):
+            # a whole-model load that merely carries mtp.* keys (and so embed_tokens) is not one
+            if any(relative_head_key(k) == HEAD_MARK for k in c["offered"]) and \
+                    not any("embed_tokens" in k for k in c["offered"]):
                 heads.append(c["obj"])
                 out.append(c)
             elif heads and any(_contains(h, c["obj"]) for h in heads):

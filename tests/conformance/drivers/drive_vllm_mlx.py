@@ -90,7 +90,7 @@ def _cell_mllm(spec: dict[str, Any], entry: dict[str, Any], out: dict[str, Any])
     out["mtp_enabled"] = bool(calls)
     if calls:
         out["values"] = compare_loaded(calls[0]["obj"], head_files(Path(entry["folder"])))
-    if want_mtp:
+    if want_mtp and calls:  # without a head the first engine already decoded plainly
         out.update(mtp=tokens, drafted=int(stats.get("attempted", 0)), accepted=int(stats.get("accepted", 0)))
         out["plain"] = stage("plain decode", lambda: _mllm_decode(entry["folder"], texts, n, False)[0])
     else:
