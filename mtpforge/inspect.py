@@ -19,7 +19,7 @@ import mlx.core as mx
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.store import LocalStore, Store
 from .checkpoint.tensors import to_mx
-from .checks import norms as normchk
+from .checks import norm_sources, norms as normchk
 from .errors import InputError
 from .families.detect import detect_family
 from .families.tables import FAMILIES, declared_mtp_layers, expected_head, expert_format_of, is_moe, is_norm_key
@@ -137,16 +137,19 @@ def _check_index(cat: Catalogue) -> list[Finding]:
 
 def _norm_convention(
     cat: Catalogue, loc: HeadLocation, source: str | None, source_revision: str | None,
-    manifest: dict[str, Any] | None,
+    manifest: dict[str, Any] | None, behaviour: bool = False, extra: dict[str, Any] | None = None,
 ) -> tuple[str, str, dict[str, str], list[Finding]]:
-    """(convention, how it was decided, per-tensor verdicts, findings)."""
+    """(convention, how it was decided, per-tensor verdicts, findings); ``extra`` receives the
+    report keys that say which evidence decided each norm (``norm_evidence``) and its details."""
     found: list[Finding] = []
+    extra = {} if extra is None else extra
     norm_entries = {k: v for k, v in loc.entries.items() if is_norm_key(k)}
     if not norm_entries:
         return "none", "none", {}, found
     values = read_entries(cat, norm_entries)
-    if source:
-        src_store = open_target_store(source, source_revision)
+
+    def exact(src: str) -> dict[str, str]:
+        src_store = open_target_store(src, source_revision if src == source else None)
         src_cat = load_catalogue(src_store, all_safetensors=False,
                                  index_files=None if isinstance(src_store, LocalStore) else head_shards)
         src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
@@ -160,7 +163,17 @@ def _norm_convention(
                 continue
             ref = src_vals[k] if src_raw else (src_vals[k].astype(mx.float32) - 1.0)
             verdicts[k] = normchk.classify_exact(v, ref)
-        return normchk.aggregate(verdicts), "source", verdicts, found
+        return verdicts
+
+    def answered(conv: str, how: str, verdicts: dict[str, str], evidence: dict[str, str] | None = None) -> Any:
+        ev = evidence or {k: (how if v != "unknown" else "unknown") for k, v in verdicts.items()}
+        extra["norm_evidence"] = {loc.stored_keys.get(k, k): e for k, e in sorted(ev.items())}
+        return conv, how, verdicts, found
+
+    if source:
+        verdicts = exact(source)
+        extra["norm_source"] = source
+        return answered(normchk.aggregate(verdicts), "source", verdicts)
     if manifest and isinstance(manifest.get("tensors"), dict) and manifest.get("norm_convention"):
         recorded = manifest["tensors"]
         ok = True
@@ -172,11 +185,19 @@ def _norm_convention(
                 break
         if ok:
             conv = str(manifest["norm_convention"])
-            return conv, "manifest", {k: conv for k in norm_entries}, found
+            return answered(conv, "manifest", {k: conv for k in norm_entries})
         found.append(finding(
             "MANIFEST_STALE", f"{MANIFEST} does not match the head's norm tensors (changed after mtpforge wrote it)",
             "re-run `mtpforge add-mtp --force`, or pass --source to compare with the original",
         ))
+    notes: list[str] = extra.setdefault("norm_notes", [])
+    for ans in (norm_sources.from_model_card(_base_model(cat.store), values, exact, notes),
+                norm_sources.from_behaviour(getattr(cat.store, "root", None), loc.layout, list(norm_entries), notes)
+                if behaviour and isinstance(cat.store, LocalStore) else None):
+        if ans is not None:
+            extra.update(ans.report)
+            if ans.convention != "unknown":
+                return answered(ans.convention, ans.how, ans.verdicts, ans.evidence)
     # conservative: compare with the backbone's norms of the same kind
     backbone_shifted = not is_raw_hf(cat)
     by_kind: dict[str, list[Any]] = {}
@@ -198,7 +219,8 @@ def _norm_convention(
     conv = normchk.aggregate(verdicts)
     if conv == "none":
         conv = "unknown"
-    return conv, "backbone", verdicts, found
+    verdicts.update({k: "unknown" for k in values if k not in verdicts})
+    return answered(conv, "backbone" if conv != "unknown" else "unknown", verdicts)
 
 
 def data_findings(nonfinite: list[str], degenerate: list[str]) -> list[Finding]:
@@ -237,6 +259,7 @@ def inspect_checkpoint(
     mlx_lm_version: str | None = None,
     data_checks: bool = True,
     use_manifest: bool = True,
+    behaviour: bool = True,
 ) -> dict[str, Any]:
     """Inspect TARGET (folder or repo id) and return the CONTRACT.md report.
 
@@ -376,8 +399,10 @@ def inspect_checkpoint(
         ))
 
     # norms
-    conv, how, verdicts, nf = _norm_convention(cat, loc, source, source_revision, manifest)
+    norm_extra: dict[str, Any] = {}
+    conv, how, verdicts, nf = _norm_convention(cat, loc, source, source_revision, manifest, behaviour, norm_extra)
     findings += nf
+    report.update(norm_extra)
     report["norm_convention"] = conv
     report["norm_convention_from"] = how
     expected_conv = "raw" if loc.layout == "hf" else "shifted"
@@ -392,7 +417,7 @@ def inspect_checkpoint(
             "restore the original zero-centred norms (re-download the source)",
         ))
     elif conv == "mixed":
-        bad = sorted(k for k, v in verdicts.items() if v != expected_conv)
+        bad = sorted(k for k, v in verdicts.items() if v not in (expected_conv, "unknown"))
         findings.append(finding(
             "MTP_NORMS_MIXED", f"some head norms are shifted and others are not (e.g. {bad[0] if bad else '?'})",
             f"re-create the head: {add_fix} --force",

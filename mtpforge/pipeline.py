@@ -306,7 +306,7 @@ def add_mtp(
 
         # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
         # read whole tensors (a 512-expert stack is ~800 MB)
-        check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False)
+        check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False, behaviour=False)
         check["findings"] += [f.as_dict() for f in data_findings(scan.nonfinite, scan.degenerate)]
         errors = [f for f in check["findings"] if f["severity"] == "error"]
         if errors:

@@ -1,0 +1,333 @@
+"""Which RMSNorm convention a head's norms are in, told by running the head (no manifest, no network).
+
+The folder holds the backbone the head was trained against, so the backbone is the oracle: on a
+short built-in text its distribution of token t+2 (its logits at position t+1) is what a working
+head reproduces from (H[t], x[t+1]). Each norm group (the seven zero-centred kinds of SPEC §4) is
+tried as stored, with -1 and with +1; the offsets that make the head's drafts closest to the
+backbone (mean KL over positions) name the convention per group, so a head whose groups disagree
+is reported ``mixed``. A group is decided only when its best offset beats both others by a paired
+margin that the per-position spread cannot explain, and only when the head beats a draft that
+knows nothing (the backbone's average t+2 distribution): an untrained head explains nothing, so
+its convention stays ``unknown``. No norm value is ever compared with a threshold (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+
+from ..families.tables import NORM_SUFFIXES, is_norm_key
+
+#: offset that, added to the stored weights, gives MLX's x̂·w -> what the stored group is
+OFFSET_VERDICT = {0: "shifted", 1: "raw", -1: "double-shifted"}
+OFFSETS = (0, 1, -1)
+#: a group is decided when its best offset beats each other one by a likelihood ratio of 1000:1
+#: (Jeffreys' "decisive") on tokens drawn from the backbone at these positions. The expected log
+#: ratio of two drafts on a token drawn from p is KL(p||q_b) - KL(p||q_a), so the evidence is the
+#: sum of KL differences over positions (evidence about behaviour, never a norm value)
+DECISIVE_NATS = math.log(1000.0)
+#: positions the check uses at most (a prompt set of a few hundred tokens is plenty)
+MAX_POSITIONS = 384
+#: coordinate-descent rounds over the groups after the uniform start
+MAX_ROUNDS = 2
+
+#: plain text and a chat turn: the same kinds verify decodes (the bundled models know them)
+TEXTS: tuple[str, ...] = (
+    "The old man reads the map after the rain.\n",
+    "A small boat carries seven stones under the bridge.\nCount: 12, 13,",
+    "<|im_start|>user\nWhat does the robot do?<|im_end|>\n<|im_start|>assistant\nThe robot builds a wooden box.<|im_end|>\n",
+    "Count: 3, 4, 5, 6, 7, 8.\n25 + 17 =",
+)
+#: greedy tokens the backbone adds to each text, so the positions are text the backbone itself
+#: finds likely (any model, any training corpus)
+CONTINUE_TOKENS = 64
+
+
+def group_of(bare: str) -> str | None:
+    """The norm kind of a bare head key (``layers.0.self_attn.q_norm.weight`` -> ``self_attn.q_norm.weight``)."""
+    if not is_norm_key(bare):
+        return None
+    return bare.split(".", 2)[2] if bare.startswith("layers.") else bare
+
+
+@dataclass
+class GroupVerdict:
+    verdict: str  # shifted | raw | double-shifted | unknown
+    offset: int  # the offset of the best assignment (what a repair would add)
+    #: evidence (nats) that this group's offset is right: how much worse the best assignment
+    #: that moves this group elsewhere explains the backbone
+    evidence: float
+
+    @property
+    def decisive(self) -> bool:
+        return self.verdict != "unknown"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "offset": self.offset, "evidence_nats": round(self.evidence, 2)}
+
+
+@dataclass
+class BehaviourResult:
+    """What running the head told: one convention for the head, and per group."""
+
+    convention: str  # shifted | raw | double-shifted | mixed | unknown
+    groups: dict[str, GroupVerdict]
+    hidden: str
+    #: nats by which the reported convention beats the best assignment of any other label
+    evidence: float
+    #: mean KL (nats/position) of the best assignment and of a draft that knows nothing
+    kl_best: float
+    kl_baseline: float
+    informative: bool
+    positions: int
+    head_passes: int
+    backbone_passes: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def verdicts(self, keys: list[str]) -> dict[str, str]:
+        """Per bare norm key: its group's verdict (``unknown`` where behaviour cannot tell)."""
+        return {k: (self.groups[g].verdict if (g := group_of(k)) in self.groups else "unknown") for k in keys}
+
+    def repair_offsets(self) -> dict[str, int]:
+        """Offset per group that the evidence decisively calls for (0 groups left out)."""
+        return {g: v.offset for g, v in self.groups.items() if v.decisive and v.offset != 0}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "convention": self.convention, "evidence_nats": round(self.evidence, 2),
+            "groups": {g: v.as_dict() for g, v in self.groups.items()},
+            "hidden": self.hidden, "kl_best": round(self.kl_best, 5), "kl_baseline": round(self.kl_baseline, 5),
+            "informative": self.informative,
+            "cost": {"positions": self.positions, "head_passes": self.head_passes,
+                     "backbone_passes": self.backbone_passes, "seconds": round(self.seconds, 3)},
+            "notes": self.notes,
+        }
+
+
+def _sign_z(worse: mx.array, better: mx.array) -> float:
+    """Sign test over positions: (where ``better`` wins - where it loses) / sqrt(their sum).
+
+    A guard against one outlying position carrying a sum of KL differences."""
+    d = (worse - better).astype(mx.float32)
+    wins, losses = int(mx.sum(d > 0).item()), int(mx.sum(d < 0).item())
+    return (wins - losses) / math.sqrt(wins + losses) if wins + losses else 0.0
+
+
+def _kl_rows(logp: mx.array, logq: mx.array) -> mx.array:
+    """KL(p || q) per row, for log-probabilities [N, V]."""
+    return mx.sum(mx.exp(logp) * (logp - logq), axis=-1)
+
+
+def _log_softmax(x: mx.array) -> mx.array:
+    x = x.astype(mx.float32)
+    return x - mx.logsumexp(x, axis=-1, keepdims=True)
+
+
+def label(assign: Mapping[str, int]) -> str:
+    """The head's convention if ``assign`` (offsets per group) is what it needs."""
+    offs = set(assign.values())
+    return OFFSET_VERDICT[offs.pop()] if len(offs) == 1 else "mixed"
+
+
+def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[tuple[int, ...], float]]:
+    """Search offsets per group and name the convention (see the module docstring).
+
+    Coordinate descent over the groups from each uniform start (every group -1, 0, +1) finds the
+    assignments that explain the backbone best. The head's convention is the label (shifted,
+    raw, double-shifted, mixed) of the best one, decided only when it beats the best assignment
+    of every other label by ``DECISIVE_NATS``; "mixed" must beat every uniform convention so, or
+    the best uniform one stands (a mixed head is claimed on evidence, never for a sliver of KL).
+    A group is decided when every assignment that comes within ``DECISIVE_NATS`` of the best
+    agrees on its offset.
+    """
+    groups = pr.groups
+    starts = [({g: o for g in groups}, h) for o in OFFSETS for h in ("post", "pre")]
+    _, hidden = min(starts, key=lambda s: float(mx.sum(pr.kl(*s)).item()))
+    total: dict[tuple[int, ...], float] = {}
+
+    def cost(a: Mapping[str, int]) -> float:
+        key = tuple(a[g] for g in groups)
+        if key not in total:
+            total[key] = float(mx.sum(pr.kl(a, hidden)).item())
+        return total[key]
+
+    # from the head as stored and from the best uniform convention: a single wrong group sits
+    # next to the first, a uniform error at the second
+    for o in sorted({0, min(OFFSETS, key=lambda x: cost({g: x for g in groups}))}):
+        cur = {g: o for g in groups}
+        for _ in range(MAX_ROUNDS):
+            changed = False
+            for g in groups:
+                best = min(OFFSETS, key=lambda x: cost({**cur, g: x}))
+                if best != cur[g]:
+                    cur[g], changed = best, True
+            if not changed:
+                break
+    assigns = {k: dict(zip(groups, k)) for k in total}
+    best_of: dict[str, tuple[int, ...]] = {}
+    for k, a in assigns.items():
+        lab = label(a)
+        if lab not in best_of or total[k] < total[best_of[lab]]:
+            best_of[lab] = k
+    uniform = [l for l in best_of if l != "mixed"]
+    best_uniform = min(uniform, key=lambda l: total[best_of[l]])
+    top = best_uniform
+    if "mixed" in best_of and total[best_of[best_uniform]] - total[best_of["mixed"]] >= DECISIVE_NATS \
+            and _sign_z(pr.kl(assigns[best_of[best_uniform]], hidden), pr.kl(assigns[best_of["mixed"]], hidden)) > 0:
+        top = "mixed"
+    # mixed must beat every uniform label; a uniform label must beat the other uniform ones (a
+    # mixed assignment within reach does not unseat it: see above)
+    others = [total[best_of[l]] for l in uniform if l != top]
+    margin = min(others) - total[best_of[top]] if others else math.inf
+    conv = top if margin >= DECISIVE_NATS else "unknown"
+    if top != "mixed" and conv != "unknown":
+        best_k = best_of[top]
+        verdicts = {g: GroupVerdict(conv, best_k[i], margin) for i, g in enumerate(groups)}
+        return conv, verdicts, hidden, margin, total
+    best = min(total.values())
+    near = [k for k in total if total[k] - best < DECISIVE_NATS]
+    # of the assignments the evidence cannot tell apart, the one that changes fewest groups: a
+    # repair touches only what the evidence demands
+    best_k = min(near, key=lambda k: (sum(1 for x in k if x), total[k]))
+    verdicts = {}
+    for i, g in enumerate(groups):
+        moved = [total[k] for k in total if k[i] != best_k[i]]
+        ev = (min(moved) - total[best_k]) if moved else math.inf
+        agreed = all(k[i] == best_k[i] for k in near)
+        v = OFFSET_VERDICT[best_k[i]] if agreed and conv != "unknown" else "unknown"
+        verdicts[g] = GroupVerdict(v, best_k[i], ev)
+    return conv, verdicts, hidden, margin, total
+
+
+def judge_norms(folder: str | Path, *, seed: int = 0) -> BehaviourResult:
+    """Run the folder's head against its own backbone and name its norm convention."""
+    t0 = time.perf_counter()
+    pr = probe(folder, seed=seed)
+    conv, verdicts, hidden, margin, total = decide(pr)
+    best_k = min(total, key=total.__getitem__)
+    final = pr.kl(dict(zip(pr.groups, best_k)), hidden)
+    # the know-nothing draft: the backbone's average t+2 distribution over these positions
+    marginal = mx.log(mx.mean(mx.exp(pr.logp), axis=0, keepdims=True) + 1e-30)
+    kl_base = _kl_rows(pr.logp, mx.broadcast_to(marginal, pr.logp.shape))
+    informative = float(mx.sum(kl_base - final).item()) >= DECISIVE_NATS and _sign_z(kl_base, final) > 0
+    notes = []
+    if not informative:
+        notes.append("the head's drafts explain the backbone no better than a draft that knows nothing (an untrained "
+                     "or damaged head): its norm convention cannot be told by behaviour")
+        conv = "unknown"
+        verdicts = {g: GroupVerdict("unknown", v.offset, v.evidence) for g, v in verdicts.items()}
+    return BehaviourResult(conv, verdicts, hidden, margin, float(mx.mean(final).item()), float(mx.mean(kl_base).item()),
+                           informative, int(pr.logp.shape[0]), pr.passes, pr.backbone_passes,
+                           time.perf_counter() - t0, notes)
+
+
+@dataclass
+class Probe:
+    """The head, its stored norms and the backbone's targets at the probe positions."""
+
+    head: Any
+    dtype: Any
+    lm_head: Any
+    stored: dict[str, mx.array]
+    groups: list[str]
+    logp: mx.array  # [N, V] backbone log-probabilities of token t+2
+    inputs: dict[str, mx.array]  # hidden variant -> [texts, n, H], right-padded
+    emb: mx.array  # [texts, n, H]
+    keep: mx.array  # flat indices of the real (unpadded) positions
+    backbone_passes: int
+    passes: int = 0
+    cache: dict[tuple[str, tuple[int, ...]], mx.array] = field(default_factory=dict)
+
+    def kl(self, offsets: Mapping[str, int], hidden: str) -> mx.array:
+        """KL(backbone || head) per position with ``offsets`` added to each norm group."""
+        key = (hidden, tuple(offsets.get(g, 0) for g in self.groups))
+        if key in self.cache:
+            return self.cache[key]
+        self.passes += 1
+        self.head.load_weights([(k, (v + offsets.get(group_of(k) or "", 0)).astype(self.dtype))
+                                for k, v in self.stored.items()], strict=False)
+        # every text in one batch, right-padded: causal attention keeps the padding out of the
+        # real positions, which are picked back out by ``keep``
+        logq = _log_softmax(self.lm_head(self.head(self.inputs[hidden], self.emb)))
+        out = _kl_rows(self.logp, logq.reshape(-1, logq.shape[-1])[self.keep])
+        mx.eval(out)
+        self.cache[key] = out
+        return out
+
+    def broken(self, offsets: Mapping[str, int]) -> "Probe":
+        """The same probe for a head whose norm groups carry ``offsets`` more (tests, repairs)."""
+        stored = {k: v + offsets.get(group_of(k) or "", 0) for k, v in self.stored.items()}
+        return replace(self, stored=stored, passes=0, cache={})
+
+
+def probe(folder: str | Path, *, seed: int = 0) -> Probe:
+    """Load head and backbone, and run the backbone once over each built-in text."""
+    from ..decoder.backbone import load_backbone
+    from ..decoder.head import build_head
+    from ..layouts.read import load_head_weights
+
+    hw = load_head_weights(folder)
+    bb = load_backbone(folder, hw.family)
+    head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
+    stored = {k: v.astype(mx.float32) for k, v in hw.tensors.items() if is_norm_key(k)}
+    groups = sorted({g for g in (group_of(k) for k in stored) if g}, key=NORM_SUFFIXES.index)
+    seqs, steps = _texts(bb, seed)
+    targets: list[mx.array] = []
+    hid: dict[str, list[mx.array]] = {"pre": [], "post": []}
+    emb: list[mx.array] = []
+    budget = MAX_POSITIONS
+    for seq in seqs:
+        if len(seq) < 3 or budget <= 0:
+            continue
+        seq = seq[: budget + 2]
+        logits, _ = bb(seq, bb.make_cache(), "post")
+        n = len(seq) - 2  # positions t whose t+2 distribution the backbone gives (its logits at t+1)
+        targets.append(_log_softmax(logits[0, 1 : n + 1]))
+        hid["pre"].append(bb.tap.seen.pre[0, :n])
+        hid["post"].append(bb.tap.seen.post[0, :n])
+        emb.append(bb.embed(seq[1 : n + 1])[0])
+        mx.eval(targets[-1], hid["pre"][-1], hid["post"][-1], emb[-1])
+        budget -= n
+    width = max(e.shape[0] for e in emb)
+
+    def batch(rows: list[mx.array]) -> mx.array:
+        return mx.stack([mx.pad(r, [(0, width - r.shape[0]), (0, 0)]) for r in rows])
+
+    keep = mx.array([i * width + j for i, e in enumerate(emb) for j in range(e.shape[0])])
+    return Probe(head, bb.dtype, bb.lm_head, stored, groups, mx.concatenate(targets, axis=0),
+                 {h: batch(v) for h, v in hid.items()}, batch(emb), keep, steps + len(targets))
+
+
+def _texts(bb: Any, seed: int) -> tuple[list[list[int]], int]:
+    """The built-in texts, each continued by the backbone itself (sampled at temperature 1 from
+    a seeded generator: its own likely text, with the uncertain positions that tell heads apart)."""
+    import numpy as np
+
+    from mlx_lm.generate import generate_step
+
+    rng = np.random.default_rng(seed)
+
+    def sample(logprobs: mx.array) -> mx.array:
+        p = np.exp(np.asarray(logprobs.astype(mx.float32), dtype=np.float64)[0])
+        c = np.cumsum(p)
+        return mx.array([int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))])
+
+    seqs, steps = [], 0
+    for text in TEXTS:
+        ids = [int(t) for t in bb.tokenizer.encode(text)]
+        if not ids:
+            continue
+        cont: list[int] = []
+        for tok, _ in generate_step(mx.array(ids), bb.model, max_tokens=CONTINUE_TOKENS, sampler=sample):
+            cont.append(int(tok))
+            steps += 1
+            if cont[-1] in bb.eos_ids:
+                break
+        seqs.append(ids + cont)
+    return seqs, steps

@@ -1,0 +1,83 @@
+"""The two ways inspect tells a third-party head's norm convention without ``--source`` or a manifest.
+
+Best first: the source named by the folder's model card (``base_model``, as Hub conversions
+write it), compared exactly; then the head's behaviour against its own backbone
+(:mod:`.norm_behaviour`). Each answers ``None`` when it cannot decide, and the caller falls back
+to the next kind of evidence. What decided each norm is recorded per tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from ..errors import MtpforgeError
+from . import norms as normchk
+
+#: layouts whose folder holds the backbone the head drafts for (a drafter folder does not; a raw
+#: Hugging Face checkpoint's convention is known from provenance)
+BEHAVIOUR_LAYOUTS = ("embedded", "sidecar", "vllm-mlx")
+
+
+@dataclass
+class NormAnswer:
+    convention: str
+    how: str  # source | behaviour
+    verdicts: dict[str, str]  # bare norm key -> shifted | raw | double-shifted | unknown
+    evidence: dict[str, str]  # bare norm key -> source | behaviour | unknown
+    report: dict[str, Any] = field(default_factory=dict)  # extra keys for inspect's JSON
+
+
+def network_allowed() -> bool:
+    """False under HF_HUB_OFFLINE (huggingface_hub's own switch)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def from_model_card(
+    base_model: str | None, values: dict[str, mx.array],
+    exact: Callable[[str], dict[str, str]], notes: list[str],
+) -> NormAnswer | None:
+    """Exact comparison with ``base_model``'s norms (a few KB), when the network is allowed.
+
+    ``exact(source) -> per-tensor verdicts`` is inspect's ``--source`` comparison. A card that
+    names a repo which is unreachable, private or not this model's source is a hint that did
+    not pan out: a note, and the next kind of evidence decides.
+    """
+    if not base_model or not network_allowed():
+        return None
+    try:
+        verdicts = exact(base_model)
+    except (MtpforgeError, OSError, ValueError, KeyError) as e:
+        notes.append(f"the model card names {base_model} as the source, but its norms could not be read "
+                     f"({getattr(e, 'message', e)}); pass --source to compare exactly")
+        return None
+    if not verdicts or any(v == "unknown" for v in verdicts.values()):
+        notes.append(f"the model card's base_model {base_model} does not hold this head's norms exactly; "
+                     "it was not used")
+        return None
+    return NormAnswer(normchk.aggregate(verdicts), "source", verdicts, {k: "source" for k in verdicts},
+                      {"norm_source": base_model})
+
+
+def from_behaviour(folder: Any, layout: str, keys: list[str], notes: list[str]) -> NormAnswer | None:
+    """Run the head against the folder's backbone; ``None`` when that cannot tell."""
+    from .norm_behaviour import judge_norms
+
+    if layout not in BEHAVIOUR_LAYOUTS:
+        return None
+    try:
+        res = judge_norms(folder)
+    except (MtpforgeError, ValueError, KeyError, RuntimeError) as e:
+        notes.append(f"the head could not be run against its backbone ({getattr(e, 'message', e)}), so its norm "
+                     "convention was not measured")
+        return None
+    extra = {"norm_behaviour": res.as_dict()}
+    notes.extend(res.notes)
+    if res.convention == "unknown":
+        return NormAnswer("unknown", "behaviour", {k: "unknown" for k in keys}, {k: "unknown" for k in keys}, extra)
+    verdicts = res.verdicts(keys)
+    return NormAnswer(res.convention, "behaviour", verdicts,
+                      {k: ("behaviour" if v != "unknown" else "unknown") for k, v in verdicts.items()}, extra)
