@@ -138,6 +138,23 @@ def remove_mtp_cmd(
     run_command(lambda: remove_mtp(target), as_json=as_json, debug=debug, render=render_remove)
 
 
+@app.command("repair-norms")
+def repair_norms_cmd(
+    target: str = typer.Argument(..., help="MLX model folder whose MTP head (not written by mtpforge) has wrong norms."),
+    source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: decide exactly instead of by behaviour."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Source revision."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
+    as_json: bool = JsonOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Put the head's RMSNorms into MLX's convention in place; refuses unless the evidence is decisive."""
+    from .render import render_repair
+    from .repair import repair_norms
+
+    run_command(lambda: repair_norms(target, source=source, revision=revision, dry_run=dry_run, progress=not as_json),
+                as_json=as_json, debug=debug, render=render_repair)
+
+
 @app.command("verify")
 def verify_cmd(
     target: str = typer.Argument(..., help="MLX model folder with an MTP head."),

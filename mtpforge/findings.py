@@ -27,6 +27,11 @@ CODES: dict[str, str] = {
     "LEGACY_LOADER_DOUBLE_SHIFT": WARNING,
     "NONFINITE_WEIGHTS": ERROR,
     "DEGENERATE_TENSOR": ERROR,
+    # whole-folder findings beyond the head (docs/FINDINGS.md)
+    "TOKENIZER_MISSING": ERROR,
+    "TOKENIZER_UNREADABLE": ERROR,
+    "EOS_PAD_INCONSISTENT": WARNING,
+    "CHAT_TEMPLATE_MISSING": WARNING,
     # informational notes that are not defects
     "NORM_CONVENTION_UNKNOWN": INFO,
     "LAYOUT_NOT_READ_BY_RUNTIME": INFO,

@@ -19,7 +19,7 @@ import mlx.core as mx
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.store import LocalStore, Store
 from .checkpoint.tensors import to_mx
-from .checks import norm_sources, norms as normchk
+from .checks import folder as folder_checks, norm_sources, norms as normchk
 from .errors import InputError
 from .families.detect import detect_family
 from .families.tables import FAMILIES, declared_mtp_layers, expected_head, expert_format_of, is_moe, is_norm_key
@@ -168,6 +168,7 @@ def _norm_convention(
     def answered(conv: str, how: str, verdicts: dict[str, str], evidence: dict[str, str] | None = None) -> Any:
         ev = evidence or {k: (how if v != "unknown" else "unknown") for k, v in verdicts.items()}
         extra["norm_evidence"] = {loc.stored_keys.get(k, k): e for k, e in sorted(ev.items())}
+        extra["norm_verdicts"] = {loc.stored_keys.get(k, k): v for k, v in sorted(verdicts.items())}
         return conv, how, verdicts, found
 
     if source:
@@ -283,6 +284,8 @@ def inspect_checkpoint(
     fam = FAMILIES[family]
     declared = declared_mtp_layers(cat.config, family)
     loc = locate_head(cat, family)
+    if isinstance(store, LocalStore) and loc.layout != "mlx-vlm-drafter":
+        findings += folder_checks.folder_findings(cat)
     manifest = read_manifest_hint(store) if use_manifest else None
     src_hint = (
         source

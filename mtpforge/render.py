@@ -150,3 +150,16 @@ def render_demo(r: dict[str, Any], console: Console) -> None:
     style = "bold green" if r.get("ok") else "bold red"
     console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before {r.get('before')}, "
                   f"after {r.get('after')}; identical {r.get('identical')}; acceptance {r.get('acceptance')}")
+
+
+def render_repair(r: dict[str, Any], console: Console) -> None:
+    status = r.get("status")
+    if status == "nothing-to-repair":
+        console.print(f"[green]nothing to repair[/green]: the head's norms in {r['target']} are in MLX's convention "
+                      f"(evidence: {r.get('evidence')})")
+        return
+    verb = "would change" if r.get("dry_run") else "changed"
+    console.print(f"{verb} {len(r.get('changed_norms', {}))} norm tensors ({r.get('bytes_rewritten', 0):,} bytes) "
+                  f"in {r['target']} (evidence: {r.get('evidence')}):")
+    for k, o in (r.get("changed_norms") or {}).items():
+        console.print(f"  {k}: {o}")

@@ -1,0 +1,185 @@
+"""``mtpforge repair-norms``: put a third-party head's RMSNorms into MLX's convention, in place.
+
+Only on decisive evidence: an exact comparison with the source (``--source``), else the head's
+behaviour against its own backbone (:mod:`.checks.norm_behaviour`), which names the offset
+(-1, 0, +1) each norm group needs. A head whose behaviour cannot tell (untrained, damaged) is
+refused. Only the norm bytes change (a few KB): the file holding them is copied into a staged
+folder (a copy-on-write clone where the filesystem has one), patched at the norms' byte spans,
+read back, and the folder is swapped in one atomic step with a manifest recording what was done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from . import __version__
+from .checkpoint.catalogue import load_catalogue
+from .checkpoint.store import LocalStore
+from .checkpoint.tensors import to_bytes, to_mx
+from .checks.norm_behaviour import OFFSET_VERDICT, group_of, judge_norms
+from .checks.norm_sources import BEHAVIOUR_LAYOUTS
+from .errors import InputError, RefusedError
+from .families.detect import detect_family
+from .families.tables import is_norm_key
+from .layouts.detect import locate_head, read_entries
+from .layouts.table import MANIFEST
+from .layouts.write import dump_json
+from .progress import Progress
+from .writer.atomic import StagedFolder, check_writable_parent, cleanup_leftovers
+
+#: verdict of one norm -> offset that puts it into MLX's convention
+FIX = {v: k for k, v in OFFSET_VERDICT.items()}
+
+
+def _clone(src: Path, dst: Path) -> str:
+    """Copy ``src`` to ``dst`` (a new inode): a clone where the filesystem shares blocks."""
+    if sys.platform == "darwin":
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        if hasattr(libc, "clonefile") and libc.clonefile(bytes(src), bytes(dst), 0) == 0:
+            return "clone"
+    shutil.copyfile(src, dst)  # copy_file_range / sendfile: reflinks on btrfs and XFS
+    return "copy"
+
+
+def _offsets_by_source(folder: Path, source: str, revision: str | None, stored_keys: dict[str, str]) -> dict[str, int]:
+    """Offset per bare norm key from inspect's exact comparison with ``source``."""
+    from .inspect import inspect_checkpoint
+
+    r = inspect_checkpoint(str(folder), source=source, source_revision=revision, data_checks=False, behaviour=False)
+    bare = {s: b for b, s in stored_keys.items()}
+    verdicts = {bare.get(k, k): v for k, v in (r.get("norm_verdicts") or {}).items()}
+    if not verdicts or any(v not in FIX for v in verdicts.values()):
+        raise RefusedError(f"the head's norms do not match {source}'s exactly (one of them is neither raw, shifted "
+                           "nor double-shifted): the evidence is not decisive, nothing was changed",
+                           "check that --source is the model this folder was converted from")
+    return {k: FIX[v] for k, v in verdicts.items() if FIX[v]}
+
+
+def repair_norms(
+    target: str, *, source: str | None = None, revision: str | None = None, dry_run: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fix a wrong norm convention in ``target``'s head; refuse unless the evidence is decisive."""
+    folder = Path(target).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"{target} is not a folder", "pass the MLX model folder whose head has wrong norms")
+    if not dry_run:
+        cleanup_leftovers(folder)
+    cat = load_catalogue(LocalStore(folder))
+    family = detect_family(cat.config, cat.tensors)
+    if family is None:
+        raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint", "pass an MLX model folder")
+    loc = locate_head(cat, family)
+    if loc.layout not in BEHAVIOUR_LAYOUTS:
+        what = "has no MTP head" if loc.layout == "none" else f"holds a {loc.layout} head"
+        raise RefusedError(f"{target} {what}; repair-norms fixes a head inside an MLX model folder "
+                           f"({', '.join(BEHAVIOUR_LAYOUTS)} layouts)",
+                           f"run `mtpforge inspect {target}` to see what the folder needs")
+    prog = Progress(enabled=progress)
+    norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
+    report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
+    if source:
+        prog.step(f"comparing the head's norms with {source}")
+        per_key = _offsets_by_source(folder, source, revision, loc.stored_keys)
+        report.update(evidence="source", source=source)
+    else:
+        prog.step("running the head against its own backbone")
+        res = judge_norms(folder)
+        report.update(evidence="behaviour", behaviour=res.as_dict())
+        if res.convention == "unknown":
+            why = res.notes[0] if res.notes else (
+                f"no convention explains the backbone decisively better than another (margin {res.evidence:.1f} nats)")
+            raise RefusedError(f"the evidence is not decisive, nothing was changed: {why}",
+                               f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
+                               f"with `mtpforge add-mtp --force`")
+        by_group = res.repair_offsets()
+        per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+    report["before"] = report.get("behaviour", {}).get("convention") if not source else None
+    if not per_key:
+        report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
+        prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
+        return report
+    report["changed_norms"] = {loc.stored_keys.get(k, k): f"{o:+d}" for k, o in sorted(per_key.items())}
+    values = read_entries(cat, {k: norms[k] for k in per_key})
+    patches: dict[str, list[tuple[int, bytes, str]]] = {}
+    for k, o in per_key.items():
+        info = norms[k]
+        new = (values[k].astype(mx.float32) + o).astype(values[k].dtype)
+        data = to_bytes(new)
+        assert len(data) == info.nbytes
+        patches.setdefault(info.file, []).append((info.begin, data, k))
+    report["bytes_rewritten"] = sum(len(d) for ps in patches.values() for _, d, _ in ps)
+    report["files_written"] = sorted(patches) + [MANIFEST]
+    if dry_run:
+        report.update(status="planned")
+        return report
+
+    check_writable_parent(folder)
+    prog.step(f"patching {len(per_key)} norm tensors ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
+    with StagedFolder(folder) as stage:
+        copies = {}
+        for rel, ps in patches.items():
+            dst = stage.new_file(rel)
+            copies[rel] = _clone(folder / rel, dst)
+            with open(dst, "r+b") as f:
+                for begin, data, _ in ps:
+                    f.seek(begin)
+                    f.write(data)
+                f.flush()
+            with open(dst, "rb") as f:  # read back what a loader will read
+                for begin, data, k in ps:
+                    f.seek(begin)
+                    if f.read(len(data)) != data:
+                        raise RefusedError(f"{rel}: the patched bytes of {k} did not read back; nothing was changed",
+                                           "check the disk, then run repair-norms again")
+        stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family)))
+        prog.step("committing")
+        stage.commit()
+    report.update(status="repaired", copy=copies)
+    prog.done(f"repaired {len(per_key)} norm tensors of {folder}")
+    return report
+
+
+def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: dict[str, Any], family: str) -> dict[str, Any]:
+    """The folder's manifest after the repair: mtpforge's own one updated, or a new one that
+    records the repair and the norms' hashes (so the next inspect decides exactly)."""
+    old = folder / MANIFEST
+    manifest: dict[str, Any]
+    try:
+        manifest = json.loads(old.read_text("utf-8")) if old.is_file() else {}
+    except (ValueError, UnicodeDecodeError):
+        manifest = {}
+    if not isinstance(manifest, dict) or "mtpforge_manifest" not in manifest:
+        from .pipeline import MANIFEST_VERSION
+
+        manifest = {"mtpforge_manifest": MANIFEST_VERSION, "family": family, "layout": report["layout"],
+                    "head_written_by": "another tool", "added": [MANIFEST], "changed": {}}
+    cat = load_catalogue(LocalStore(stage))
+    loc = locate_head(cat, family)
+    tensors = manifest.setdefault("tensors", {})
+    for bare, info in loc.entries.items():
+        if is_norm_key(bare):
+            raw = cat.read_tensor_bytes(info)
+            tensors[loc.stored_keys.get(bare, bare)] = {
+                "sha256": hashlib.sha256(raw).hexdigest(), "dtype": info.dtype, "shape": list(info.shape)}
+    manifest.pop("file_sha256", None)  # the head's file changed; its old hash would mislead
+    manifest["norm_convention"] = "shifted"
+    manifest.setdefault("repairs", []).append({
+        "what": "norm convention", "evidence": report["evidence"], "source": report.get("source"),
+        "offsets": report["changed_norms"], "mtpforge_version": __version__,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    return manifest
+
+
+__all__ = ["repair_norms"]

@@ -1,0 +1,220 @@
+"""inspect tells a third-party head's norm convention without ``--source`` and offline, and
+``repair-norms`` fixes it — on heads written "by another tool" (no mtpforge manifest) into real
+``mlx_lm.convert`` conversions of the bundled TRAINED models, then broken by hand.
+
+Only a trained head can show this: behaviour is evidence only where the head explains its
+backbone. The untrained (synthetic) head shows the other side: unknown, and repair refuses.
+The full matrix (every norm group, both directions, both models) is
+``benchmarks/bench_norm_behaviour.py``; these tests cover each kind of defect.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import pytest
+
+from mtpforge.checks import norm_behaviour as nb
+from mtpforge.families.tables import NORM_SUFFIXES
+from mtpforge.inspect import inspect_checkpoint
+from mtpforge.pipeline import add_mtp
+from mtpforge.repair import repair_norms
+from mtpforge.errors import RefusedError
+from mtpforge.synth import convert_to_mlx
+from mtpforge.verify import verify
+
+from tests.checkers import codes, folder_state, rewrite
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "mtpforge" / "data"
+MODELS = {"dense": DATA / "tiny-qwen3_5", "moe": DATA / "tiny-qwen3_5_moe"}
+HEAD = "model-mtp.safetensors"
+ALL = {g: 1 for g in NORM_SUFFIXES}
+
+
+def needs(kind: str) -> Any:
+    return pytest.mark.skipif(not (MODELS[kind] / "config.json").is_file(), reason=f"{MODELS[kind].name} is not bundled")
+
+
+KINDS = [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))]
+
+
+def breakage(folder: Path, offsets: dict[str, int]) -> None:
+    """Add ``offsets`` (per norm group) to the stored head's norms, as a buggy tool would."""
+    def fn(t: dict[str, mx.array]) -> dict[str, mx.array]:
+        out = {}
+        for k, v in t.items():
+            o = offsets.get(nb.group_of(k.removeprefix("language_model.mtp.")) or "", 0)
+            out[k] = (v.astype(mx.float32) + o).astype(v.dtype) if o else v
+        return out
+
+    rewrite(folder / HEAD, fn)
+
+
+@pytest.fixture(scope="module")
+def third_party(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``third_party(kind) -> Path``: the trained source through mlx_lm.convert (4-bit) with a
+    correct bf16 head and no manifest (as another tool leaves it). Shared: copy before changing."""
+    root = tmp_path_factory.mktemp("third-party")
+    done: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in done:
+            t = convert_to_mlx(MODELS[kind], root / kind)
+            add_mtp(source=str(MODELS[kind]), target=str(t), precision="bf16", progress=False)
+            (t / "mtpforge.json").unlink()
+            done[kind] = t
+        return done[kind]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def probes(third_party: Callable[[str], Path]) -> Callable[[str], nb.Probe]:
+    """One probe (backbone pass, head loaded) per model; each broken head reuses it."""
+    done: dict[str, nb.Probe] = {}
+
+    def get(kind: str) -> nb.Probe:
+        if kind not in done:
+            done[kind] = nb.probe(third_party(kind))
+        return done[kind]
+
+    return get
+
+
+def copy_of(folder: Path, tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(folder, dst)
+    return dst
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+#: (what the tool did to the correct head, what behaviour must call it). Mixed cases: one group
+#: wrong in each direction, in groups the head is sensitive to on both models (the matrix over
+#: all 7 groups is the benchmark: groups it cannot see change no draft, see test below)
+CASES = {
+    "correct": ({}, "shifted"),
+    "raw": ({g: -1 for g in NORM_SUFFIXES}, "raw"),
+    "double-shifted": (ALL, "double-shifted"),
+    "mixed: mtp.norm raw": ({"norm.weight": -1}, "mixed"),
+    "mixed: input_layernorm +2": ({"input_layernorm.weight": 1}, "mixed"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_behaviour_names_the_convention(probes, kind: str, case: str) -> None:
+    offsets, want = CASES[case]
+    pr = probes(kind).broken(offsets)
+    conv, groups, _, margin, _ = nb.decide(pr)
+    assert conv == want, (conv, margin, {g: v.as_dict() for g, v in groups.items()})
+    assert margin >= nb.DECISIVE_NATS
+    if want == "mixed":
+        # the broken group is named, with the offset that undoes it
+        (g, o), = offsets.items()
+        assert groups[g].verdict == nb.OFFSET_VERDICT[-o] and groups[g].offset == -o
+    elif want != "shifted":
+        assert all(v.offset == {"raw": 1, "double-shifted": -1}[want] for v in groups.values())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_group_the_head_does_not_use_is_not_claimed(probes, kind: str) -> None:
+    """The head's MLP input norm sits at gain ~4 (trained so): ±1 there changes its drafts by
+    under 0.01 nats per position, so behaviour cannot see it and must not claim a defect — and
+    the head drafts as well as the correct one, which is what the convention is for."""
+    base = probes(kind)
+    ok = float(mx.mean(base.kl({}, "post")).item())
+    for o in (-1, 1):
+        pr = base.broken({"post_attention_layernorm.weight": o})
+        conv, groups, _, _, _ = nb.decide(pr)
+        assert conv == "shifted", conv
+        assert abs(float(mx.mean(base.kl({"post_attention_layernorm.weight": o}, "post")).item()) - ok) < 0.01
+
+
+# ----------------------------------------------------------------------------- inspect, end to end
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_inspect_offline_without_source_finds_a_mixed_head_and_repair_fixes_it(third_party, tmp_path, kind) -> None:
+    tgt = copy_of(third_party(kind), tmp_path, "broken")
+    breakage(tgt, {"norm.weight": -1, "pre_fc_norm_embedding.weight": -1})
+    r = inspect_checkpoint(str(tgt))
+    assert codes(r).get("MTP_NORMS_MIXED") == "error" and r["exit_code"] == 1, r["findings"]
+    assert r["norm_convention_from"] == "behaviour"
+    ev = r["norm_evidence"]
+    assert ev["language_model.mtp.norm.weight"] == "behaviour" and set(ev.values()) <= {"behaviour", "unknown"}
+    cost = r["norm_behaviour"]["cost"]
+    assert cost["positions"] >= 200 and 0 < cost["head_passes"] <= 120
+    print(f"[norm-behaviour] {kind}: {cost}")
+
+    rep = repair_norms(str(tgt), progress=False)
+    assert rep["status"] == "repaired" and rep["bytes_rewritten"] < 4096
+    assert set(rep["changed_norms"]) >= {"language_model.mtp.norm.weight", "language_model.mtp.pre_fc_norm_embedding.weight"}
+    after = inspect_checkpoint(str(tgt))
+    assert after["exit_code"] == 0 and after["norm_convention"] == "shifted" and after["norm_convention_from"] == "manifest"
+    # the repaired head drafts at the trained head's rate
+    want = verify(str(third_party(kind)), generate=True, hidden="post", progress=False)["acceptance"]
+    got = verify(str(tgt), generate=True, hidden="post", progress=False)
+    print(f"[norm-behaviour] {kind}: acceptance trained {want:.3f}, repaired {got['acceptance']:.3f}")
+    assert got["identical"] and got["acceptance"] >= want - 0.03
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_correct_third_party_head_is_clean_and_repair_leaves_it(third_party, tmp_path, kind) -> None:
+    tgt = copy_of(third_party(kind), tmp_path, "ok")
+    r = inspect_checkpoint(str(tgt))
+    assert r["exit_code"] == 0 and r["findings"] == [], r["findings"]
+    assert (r["norm_convention"], r["norm_convention_from"]) == ("shifted", "behaviour")
+    before = folder_state(tgt)
+    assert repair_norms(str(tgt), progress=False)["status"] == "nothing-to-repair"
+    assert folder_state(tgt) == before
+
+
+def test_cli_raw_head_found_and_repaired(third_party, tmp_path) -> None:
+    if not (MODELS["dense"] / "config.json").is_file():
+        pytest.skip("tiny-qwen3_5 is not bundled")
+    tgt = copy_of(third_party("dense"), tmp_path, "raw")
+    breakage(tgt, {g: -1 for g in NORM_SUFFIXES})
+
+    def cli(*args: str) -> tuple[int, dict[str, Any]]:
+        p = subprocess.run([sys.executable, "-m", "mtpforge", *args, "--json"], cwd=ROOT, capture_output=True, text=True,
+                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+        return p.returncode, json.loads(p.stdout)
+
+    code, r = cli("inspect", str(tgt))
+    assert code == 1 and r["norm_convention"] == "raw" and {f["code"] for f in r["findings"]} == {"MTP_NORMS_RAW"}
+    assert set(r["norm_evidence"].values()) == {"behaviour"}
+    code, dry = cli("repair-norms", str(tgt), "--dry-run")
+    assert code == 0 and dry["status"] == "planned" and len(dry["changed_norms"]) == 7
+    code, rep = cli("repair-norms", str(tgt))
+    assert code == 0 and rep["status"] == "repaired" and set(rep["changed_norms"].values()) == {"+1"}
+    code, r = cli("inspect", str(tgt))
+    assert code == 0 and r["norm_convention"] == "shifted"
+
+
+# ----------------------------------------------------------------------------- untrained head
+
+
+def test_untrained_head_is_unknown_and_repair_refuses(make_hf, make_target) -> None:
+    """A random head explains nothing about its backbone: behaviour is no evidence there."""
+    hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)
+    (tgt / "mtpforge.json").unlink()
+    breakage(tgt, {g: -1 for g in NORM_SUFFIXES})
+    res = nb.judge_norms(tgt)
+    assert not res.informative and res.convention == "unknown", res.as_dict()
+    r = inspect_checkpoint(str(tgt))
+    assert r["norm_behaviour"]["informative"] is False
+    assert r["norm_convention_from"] != "behaviour"
+    before = folder_state(tgt)
+    with pytest.raises(RefusedError, match="not decisive"):
+        repair_norms(str(tgt), progress=False)
+    assert folder_state(tgt) == before
