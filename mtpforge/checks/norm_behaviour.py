@@ -95,8 +95,12 @@ class BehaviourResult:
         return {k: (self.groups[g].verdict if (g := group_of(k)) in self.groups else "unknown") for k in keys}
 
     def repair_offsets(self) -> dict[str, int]:
-        """Offset per group that the evidence decisively calls for (0 groups left out)."""
-        return {g: v.offset for g, v in self.groups.items() if v.decisive and v.offset != 0}
+        """Offset per group (zeros left out) of the assignment a repair applies: of those that
+        explain the backbone best within the margin, the one that changes fewest groups. Empty
+        when the convention is unknown."""
+        if self.convention == "unknown":
+            return {}
+        return {g: v.offset for g, v in self.groups.items() if v.offset != 0}
 
     def as_dict(self) -> dict[str, Any]:
         return {
