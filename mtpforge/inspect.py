@@ -409,10 +409,11 @@ def inspect_checkpoint(
     report["norm_convention"] = conv
     report["norm_convention_from"] = how
     expected_conv = "raw" if loc.layout == "hf" else "shifted"
+    repair = f"fix it in place: mtpforge repair-norms {target}; or " if loc.layout in norm_sources.BEHAVIOUR_LAYOUTS else ""
     if conv == "raw" and expected_conv == "shifted":
         findings.append(finding(
             "MTP_NORMS_RAW", f"the head's RMSNorm weights are zero-centred (raw Hugging Face convention) in the {loc.layout} layout, whose runtime applies them as-is: ≈0% acceptance",
-            f"re-create the head with the +1 shift: {add_fix} --force",
+            f"{repair}re-create the head with the +1 shift: {add_fix} --force",
         ))
     elif conv == "shifted" and expected_conv == "raw":
         findings.append(finding(
@@ -423,12 +424,12 @@ def inspect_checkpoint(
         bad = sorted(k for k, v in verdicts.items() if v not in (expected_conv, "unknown"))
         findings.append(finding(
             "MTP_NORMS_MIXED", f"some head norms are shifted and others are not (e.g. {bad[0] if bad else '?'})",
-            f"re-create the head: {add_fix} --force",
+            f"{repair}re-create the head: {add_fix} --force",
         ))
     elif conv == "double-shifted":
         findings.append(finding(
             "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms carry +2 instead of +1 (shifted twice): acceptance halves",
-            f"re-create the head: {add_fix} --force",
+            f"{repair}re-create the head: {add_fix} --force",
         ))
     elif conv == "unknown":
         findings.append(finding(

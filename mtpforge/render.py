@@ -50,6 +50,15 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         ("expert format", r.get("expert_format")),
         ("quantization", f"{d['bits']}-bit, group {d['group_size']}, {d['mode']}" if d else "none"),
     ]
+    nb = r.get("norm_behaviour")
+    if nb:
+        c = nb["cost"]
+        rows.append(("norm check by behaviour", f"{nb['convention']} (margin {nb['evidence_nats']} nats; "
+                     f"{c['positions']} positions, {c['head_passes']} head passes, {c['seconds']:.1f} s)"))
+    if r.get("norm_source"):
+        rows.append(("norms compared with", r["norm_source"]))
+    for note in r.get("norm_notes") or []:
+        rows.append(("note", note))
     for k, v in rows:
         t.add_row(k, str(v))
     console.print(t)
