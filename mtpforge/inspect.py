@@ -135,6 +135,18 @@ def _check_index(cat: Catalogue) -> list[Finding]:
     return out
 
 
+def source_norms(source: str, revision: str | None, keys: list[str]) -> dict[str, mx.array]:
+    """The source's head norms under bare ``keys``, zero-centred (a few KB; over HTTP only these)."""
+    src_store = open_target_store(source, revision)
+    src_cat = load_catalogue(src_store, all_safetensors=False,
+                             index_files=None if isinstance(src_store, LocalStore) else head_shards)
+    src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
+    vals = read_entries(src_cat, {k: src_loc.entries[k] for k in keys if k in src_loc.entries})
+    if is_raw_hf(src_cat):
+        return vals
+    return {k: v.astype(mx.float32) - 1.0 for k, v in vals.items()}
+
+
 def _norm_convention(
     cat: Catalogue, loc: HeadLocation, source: str | None, source_revision: str | None,
     manifest: dict[str, Any] | None, behaviour: bool = False, extra: dict[str, Any] | None = None,
@@ -149,21 +161,8 @@ def _norm_convention(
     values = read_entries(cat, norm_entries)
 
     def exact(src: str) -> dict[str, str]:
-        src_store = open_target_store(src, source_revision if src == source else None)
-        src_cat = load_catalogue(src_store, all_safetensors=False,
-                                 index_files=None if isinstance(src_store, LocalStore) else head_shards)
-        src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
-        wanted = {k: src_loc.entries[k] for k in norm_entries if k in src_loc.entries}
-        src_vals = read_entries(src_cat, wanted)
-        src_raw = is_raw_hf(src_cat)
-        verdicts: dict[str, str] = {}
-        for k, v in values.items():
-            if k not in src_vals:
-                verdicts[k] = "unknown"
-                continue
-            ref = src_vals[k] if src_raw else (src_vals[k].astype(mx.float32) - 1.0)
-            verdicts[k] = normchk.classify_exact(v, ref)
-        return verdicts
+        refs = source_norms(src, source_revision if src == source else None, list(norm_entries))
+        return {k: normchk.classify_exact(v, refs[k]) if k in refs else "unknown" for k, v in values.items()}
 
     def answered(conv: str, how: str, verdicts: dict[str, str], evidence: dict[str, str] | None = None) -> Any:
         ev = evidence or {k: (how if v != "unknown" else "unknown") for k, v in verdicts.items()}

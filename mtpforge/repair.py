@@ -1,7 +1,8 @@
 """``mtpforge repair-norms``: put a third-party head's RMSNorms into MLX's convention, in place.
 
-Only on decisive evidence: an exact comparison with the source (``--source``), else the head's
-behaviour against its own backbone (:mod:`.checks.norm_behaviour`), which names the offset
+Only on decisive evidence: an exact comparison with the source (``--source``, else mtpforge's
+manifest or the model card's ``base_model``, as inspect finds them), else the head's behaviour
+against its own backbone (:mod:`.checks.norm_behaviour`), which names the offset
 (-1, 0, +1) each norm group needs. A head whose behaviour cannot tell (untrained, damaged) is
 refused. Only the norm bytes change (a few KB): the file holding them is copied into a staged
 folder (a copy-on-write clone where the filesystem has one), patched at the norms' byte spans,
@@ -51,18 +52,25 @@ def _clone(src: Path, dst: Path) -> str:
     return "copy"
 
 
-def _offsets_by_source(folder: Path, source: str, revision: str | None, stored_keys: dict[str, str]) -> dict[str, int]:
-    """Offset per bare norm key from inspect's exact comparison with ``source``."""
+def _exact_offsets(folder: Path, source: str | None, revision: str | None,
+                   stored_keys: dict[str, str]) -> tuple[str, str | None, dict[str, int]] | None:
+    """(evidence, source used, offset per bare norm key) from inspect's exact evidence: ``source``,
+    else mtpforge's manifest or the model card's ``base_model``. None when neither decides."""
     from .inspect import inspect_checkpoint
 
     r = inspect_checkpoint(str(folder), source=source, source_revision=revision, data_checks=False, behaviour=False)
+    how = r.get("norm_convention_from")
+    if how not in ("source", "manifest"):
+        return None
     bare = {s: b for b, s in stored_keys.items()}
     verdicts = {bare.get(k, k): v for k, v in (r.get("norm_verdicts") or {}).items()}
     if not verdicts or any(v not in FIX for v in verdicts.values()):
+        if source is None:
+            return None
         raise RefusedError(f"the head's norms do not match {source}'s exactly (one of them is neither raw, shifted "
                            "nor double-shifted): the evidence is not decisive, nothing was changed",
                            "check that --source is the model this folder was converted from")
-    return {k: FIX[v] for k, v in verdicts.items() if FIX[v]}
+    return how, r.get("norm_source"), {k: FIX[v] for k, v in verdicts.items() if FIX[v]}
 
 
 def repair_norms(
@@ -88,10 +96,11 @@ def repair_norms(
     prog = Progress(enabled=progress)
     norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
-    if source:
-        prog.step(f"comparing the head's norms with {source}")
-        per_key = _offsets_by_source(folder, source, revision, loc.stored_keys)
-        report.update(evidence="source", source=source)
+    prog.step(f"comparing the head's norms with {source}" if source else "looking for exact evidence (manifest, model card)")
+    exact = _exact_offsets(folder, source, revision, loc.stored_keys)
+    if exact is not None:
+        how, used, per_key = exact
+        report.update(evidence=how, source=used)
     else:
         prog.step("running the head against its own backbone")
         res = judge_norms(folder)
@@ -104,17 +113,27 @@ def repair_norms(
                                f"with `mtpforge add-mtp --force`")
         by_group = res.repair_offsets()
         per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
-    report["before"] = report.get("behaviour", {}).get("convention") if not source else None
     if not per_key:
         report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
         prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
         return report
     report["changed_norms"] = {loc.stored_keys.get(k, k): f"{o:+d}" for k, o in sorted(per_key.items())}
     values = read_entries(cat, {k: norms[k] for k in per_key})
+    if report["evidence"] == "source":
+        # the source's raw norm + 1, rounded once: exactly what add-mtp writes (undoing a +2 in
+        # bf16 would round twice)
+        from .inspect import source_norms
+
+        exact_vals = source_norms(report["source"], revision if report["source"] == source else None, list(per_key))
+    else:
+        exact_vals = {}
     patches: dict[str, list[tuple[int, bytes, str]]] = {}
     for k, o in per_key.items():
         info = norms[k]
-        new = (values[k].astype(mx.float32) + o).astype(values[k].dtype)
+        if k in exact_vals:
+            new = (exact_vals[k].astype(mx.float32) + 1.0).astype(values[k].dtype)
+        else:
+            new = (values[k].astype(mx.float32) + o).astype(values[k].dtype)
         data = to_bytes(new)
         assert len(data) == info.nbytes
         patches.setdefault(info.file, []).append((info.begin, data, k))

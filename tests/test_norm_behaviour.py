@@ -242,3 +242,20 @@ def test_model_card_base_model_is_compared_exactly_unless_offline(hub, synth, ma
     hub.server.clear_log()
     off = hub.run("inspect", str(tgt), HF_HUB_OFFLINE="1").json
     assert off["norm_convention_from"] != "source" and "norm_source" not in off and hub.log() == []
+
+
+def test_repair_with_source_is_exact_and_needs_no_trained_head(make_hf, make_target) -> None:
+    hf, tgt = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe")
+    add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)
+    (tgt / "mtpforge.json").unlink()
+    breakage(tgt, {"norm.weight": -1, "self_attn.q_norm.weight": 1})
+    assert inspect_checkpoint(str(tgt), source=str(hf))["norm_convention"] == "mixed"
+    rep = repair_norms(str(tgt), source=str(hf), progress=False)
+    assert rep["evidence"] == "source" and rep["changed_norms"] == {
+        "language_model.mtp.norm.weight": "+1", "language_model.mtp.layers.0.self_attn.q_norm.weight": "-1"}
+    r = inspect_checkpoint(str(tgt), source=str(hf))
+    assert (r["norm_convention"], r["exit_code"]) == ("shifted", 0)
+    # the manifest now records the repair: inspect and a second repair decide from it, exactly
+    assert inspect_checkpoint(str(tgt), behaviour=False)["norm_convention_from"] == "manifest"
+    again = repair_norms(str(tgt), progress=False)
+    assert (again["status"], again["evidence"]) == ("nothing-to-repair", "manifest")
