@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.store import Store
+from ..errors import MtpforgeError
 from ..findings import ERROR, Finding, finding
 from ..layouts.quant import per_path_entries, quant_defaults
 
@@ -74,9 +75,10 @@ def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
 
 def _json(store: Store, rel: str) -> Any:
     try:
-        return json.loads(store.read_bytes(rel)) if store.exists(rel) else None
-    except (ValueError, UnicodeDecodeError):
-        return None
+        obj = json.loads(store.read_bytes(rel)) if store.exists(rel) else None
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, MtpforgeError):
+        return None  # a damaged side file is not this check's finding; a missing value is
+    return obj if isinstance(obj, dict) else None
 
 
 def _ids(v: Any) -> set[int]:
