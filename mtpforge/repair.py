@@ -179,7 +179,7 @@ def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: di
     except (ValueError, UnicodeDecodeError):
         manifest = {}
     if not isinstance(manifest, dict) or "mtpforge_manifest" not in manifest:
-        from .pipeline import MANIFEST_VERSION
+        from .manifest import MANIFEST_VERSION
 
         manifest = {"mtpforge_manifest": MANIFEST_VERSION, "family": family, "layout": report["layout"],
                     "head_written_by": "another tool", "added": [MANIFEST], "changed": {}}
