@@ -89,7 +89,8 @@ def repair_norms(
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint", "pass an MLX model folder")
     loc = locate_head(cat, family)
     if loc.layout not in BEHAVIOUR_LAYOUTS:
-        what = "has no MTP head" if loc.layout == "none" else f"holds a {loc.layout} head"
+        what = {"none": "has no MTP head", "hf": "is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load)"}.get(
+            loc.layout, f"holds a {loc.layout} head")
         raise RefusedError(f"{target} {what}; repair-norms fixes a head inside an MLX model folder "
                            f"({', '.join(BEHAVIOUR_LAYOUTS)} layouts)",
                            f"run `mtpforge inspect {target}` to see what the folder needs")
