@@ -77,7 +77,7 @@ def _print_error(e: MtpforgeError, as_json: bool) -> None:
 
 @app.command("inspect")
 def inspect_cmd(
-    target: str = typer.Argument(..., help="MLX model folder, or a Hugging Face repo id (headers only)."),
+    target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="mlx-lm | mlx-lm-mtp | vllm-mlx | exo | mtplx | mlx-vlm"),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
@@ -98,9 +98,9 @@ def inspect_cmd(
 @app.command("add-mtp")
 def add_mtp_cmd(
     source: str = typer.Option(..., "--source", help="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B)."),
-    target: str = typer.Option(..., "--target", help="MLX model folder to add the head to."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="embedded | sidecar | vllm-mlx | mlx-vlm-drafter (default: per family)."),
-    precision: str = typer.Option("match", "--precision", help="match | bf16 | float16 | BITS"),
+    target: str = typer.Option(..., "--target", help="MLX model folder (or llama.cpp .gguf trunk) to add the head to."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="embedded | sidecar | vllm-mlx | mlx-vlm-drafter (default: per family); GGUF: gguf-mtp | gguf-tail."),
+    precision: str = typer.Option("match", "--precision", help="match | bf16 | float16 | BITS; GGUF: f32 | f16 | bf16 | q8_0 (default f16)."),
     keep_fc_full_precision: bool = typer.Option(False, "--keep-fc-full-precision", help="Keep mtp.fc unquantized."),
     experts: str = typer.Option("auto", "--experts", help="auto | source | switch_mlp (MoE only)."),
     fetch: str = typer.Option("auto", "--fetch", help="auto | ranges | shards"),
@@ -157,7 +157,7 @@ def repair_norms_cmd(
 
 @app.command("verify")
 def verify_cmd(
-    target: str = typer.Argument(..., help="MLX model folder with an MTP head."),
+    target: str = typer.Argument(..., help="MLX model folder with an MTP head, or a llama.cpp .gguf trunk."),
     generate: bool = typer.Option(False, "--generate", help="Decode and measure acceptance."),
     prompt: Optional[List[str]] = typer.Option(None, "--prompt", help="Prompt (repeatable)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
@@ -167,6 +167,8 @@ def verify_cmd(
     seed: Optional[int] = typer.Option(None, "--seed"),
     min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=1.0),
     record: bool = typer.Option(False, "--record", help="Write the measured variant and acceptance to the manifest."),
+    llama_server: Optional[str] = typer.Option(None, "--llama-server", help="GGUF targets: the llama-server binary (default: PATH)."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="GGUF targets: the MTP-only GGUF (default: the mtp-*.gguf beside it)."),
     as_json: bool = JsonOpt,
     debug: bool = DebugOpt,
 ) -> None:
@@ -181,7 +183,7 @@ def verify_cmd(
         res = verify(
             target, generate=generate, prompts=prompt or None, max_tokens=max_tokens, depth=depth,
             hidden=hidden, temp=temp, seed=seed, min_acceptance=min_acceptance, record=record,
-            progress=not as_json,
+            progress=not as_json, llama_server=llama_server, draft=draft,
         )
         res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
         return res

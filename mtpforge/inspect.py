@@ -267,7 +267,17 @@ def inspect_checkpoint(
     """
     if runtime is not None and runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
+    from .gguf.addmtp import is_gguf_path
+
+    if is_gguf_path(target):  # a llama.cpp GGUF
+        from .gguf.inspect import inspect_gguf
+
+        return inspect_gguf(target, source=source, revision=source_revision, strict=strict)
     store = open_target_store(target, revision)
+    if not store.exists("config.json") and any(f.endswith(".gguf") for f in store.list_files()):
+        from .gguf.inspect import inspect_gguf_repo
+
+        return inspect_gguf_repo(store, target, strict=strict)
     cat = load_catalogue(store)
     findings: list[Finding] = []
     for f, why in sorted(cat.corrupt.items()):

@@ -152,6 +152,12 @@ def add_mtp(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Add the source's MTP head to ``target`` (or to a new folder ``output``)."""
+    from .gguf.addmtp import add_mtp_gguf, is_gguf_path
+
+    if is_gguf_path(target):  # a llama.cpp trunk: the GGUF output format
+        return add_mtp_gguf(source=source, target=target, layout=layout,
+                            precision=None if str(precision) == "match" else str(precision), fetch=fetch,
+                            revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
     parse_precision(precision)

@@ -36,6 +36,12 @@ def render_findings(findings: list[dict[str, Any]], console: Console) -> None:
 
 
 def render_inspect(r: dict[str, Any], console: Console) -> None:
+    if r.get("format") == "gguf":
+        from .gguf.render import render_inspect_gguf
+
+        render_inspect_gguf(r, console)
+        render_findings(r.get("findings", []), console)
+        return
     t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
@@ -78,7 +84,7 @@ def render_add(r: dict[str, Any], console: Console) -> None:
     planned = bool(r.get("dry_run"))
     keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_requests",
             "fetch_files", "revision", "peak_memory_estimate") if planned else \
-        ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest")
+        ("layout", "expert_format", "precision", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest", "run")
     labels = {"mtp_bytes": "MTP bytes written" if not planned else "MTP bytes to write",
               "fetch_bytes": "source bytes to read", "fetch_tensors": "source tensors", "fetch_files": "from files",
               "fetch_requests": "range requests",

@@ -46,6 +46,8 @@ def verify(
     min_acceptance: float = 0.0,
     record: bool = False,
     progress: bool = True,
+    llama_server: str | None = None,
+    draft: str | None = None,
 ) -> dict[str, Any]:
     """Load the head of ``target`` from whatever layout holds it and decode with it.
 
@@ -53,6 +55,13 @@ def verify(
     (exit 1) when greedy MTP output differs from plain greedy output or acceptance is below
     ``min_acceptance``.
     """
+    from .gguf.addmtp import is_gguf_path
+
+    if is_gguf_path(target):  # a llama.cpp GGUF: the real llama-server decodes
+        from .gguf.verify import verify_gguf
+
+        return verify_gguf(target, draft=draft, prompts=prompts, max_tokens=max_tokens, llama_server_path=llama_server,
+                           min_acceptance=min_acceptance, n_max=depth, progress=progress)
     from .decoder.backbone import HIDDEN_VARIANTS, load_backbone
     from .decoder.head import build_head
     from .layouts.read import load_head_weights

@@ -1,0 +1,249 @@
+"""``add-mtp`` for a GGUF trunk: resolve -> plan -> fetch -> convert -> write -> validate -> commit.
+
+Two outputs (SPEC §5.1):
+
+- ``gguf-mtp`` (default): an MTP-only GGUF beside the trunk, named as llama.cpp's converter names
+  one (``mtp-<name>-<TYPE>.gguf``: llama.cpp's sibling discovery finds it), holding the MTP block
+  and what the draft model needs — ``token_embd``, ``output_norm`` and ``output`` copied byte for
+  byte from the user's trunk (already quantized as the user chose; nothing downloaded for them).
+  Run with ``llama-server -m TRUNK -md MTP --spec-type draft-mtp``.
+- ``gguf-tail``: one new GGUF (``--output``) whose blocks end with the MTP layer, the trunk's
+  tensors streamed across unchanged.
+
+The trunk is only ever read. The head's tensors come from the source by range requests (only
+their bytes), cached like every other mtpforge fetch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import InputError, RefusedError
+from ..progress import Progress
+from .gguffile import GgufFile, read_local
+from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
+from .meta import mtp_file_name, mtp_only_kv, with_mtp_layers
+from .names import FAMILY_OF_ARCH, SHARED_TENSORS
+from .source import SourceHead, check_trunk_matches, open_source_head
+from .write import OutTensor, copy_chunks, file_sha256, write_gguf
+
+GGUF_LAYOUTS = ("gguf-mtp", "gguf-tail")
+MANIFEST_SUFFIX = ".mtpforge.json"
+MANIFEST_VERSION = 1
+
+
+def is_gguf_path(path: str) -> bool:
+    """A GGUF target: named ``*.gguf``, or a file starting with the GGUF magic."""
+    p = Path(path).expanduser()
+    if path.lower().endswith(".gguf"):
+        return True
+    if p.is_file():
+        with open(p, "rb") as f:
+            return f.read(4) == b"GGUF"
+    return False
+
+
+def manifest_path(gguf_path: Path) -> Path:
+    return gguf_path.with_name(gguf_path.name + MANIFEST_SUFFIX)
+
+
+def trunk_fingerprint(g: GgufFile) -> dict[str, Any]:
+    """Identifies the trunk without hashing gigabytes: size plus a hash of its header and of the
+    tensors the MTP file copies."""
+    assert g.path is not None
+    h = hashlib.sha256()
+    with open(g.path, "rb") as f:
+        h.update(f.read(g.data_offset))
+        for n in SHARED_TENSORS:
+            t = g.tensors.get(n)
+            if t is not None:
+                f.seek(t.offset)
+                left = t.nbytes
+                while left:
+                    b = f.read(min(left, 8 << 20))
+                    if not b:
+                        break
+                    h.update(b)
+                    left -= len(b)
+    return {"file": g.path.name, "size": g.size, "header_and_shared_sha256": h.hexdigest()}
+
+
+def _open_trunk(target: str) -> tuple[GgufFile, str]:
+    p = Path(target).expanduser()
+    if not p.exists():
+        raise InputError(f"target {target} does not exist", "pass the .gguf file to add the head to")
+    if p.is_dir():
+        raise InputError(f"{target} is a folder, not a GGUF file", "pass the trunk's .gguf file")
+    g = read_local(p)
+    family = FAMILY_OF_ARCH.get(g.arch)
+    if family is None:
+        raise InputError(f"{p.name} is a llama.cpp {g.arch or 'unknown'} model, not Qwen3.5, Qwen3.6 or Qwen3-Next",
+                         "mtpforge adds MTP heads to qwen35, qwen35moe and qwen3next GGUFs")
+    if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
+        raise InputError(f"{p.name} is an MTP-only GGUF, not a model", "pass the trunk GGUF (the one given to llama-server -m)")
+    if g.nextn_layers or any(t.startswith(f"blk.{g.block_count - 1}.nextn.") for t in g.tensors):
+        raise RefusedError(f"{p.name} already carries an MTP block ({g.arch}.nextn_predict_layers = {g.nextn_layers})",
+                           "use it as is: llama-server -m it --spec-type draft-mtp")
+    return g, family
+
+
+def _existing(dest: Path, fingerprint: dict[str, Any], force: bool) -> str | None:
+    """'same' when dest holds exactly what this run would write; raises on a foreign file."""
+    if not dest.exists() and not dest.is_symlink():
+        return None
+    mp = manifest_path(dest)
+    m: dict[str, Any] | None = None
+    if mp.is_file():
+        try:
+            m = json.loads(mp.read_text("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            m = None
+    if m and m.get("fingerprint") == fingerprint and dest.is_file() and not dest.is_symlink() \
+            and file_sha256(dest) == m.get("file_sha256"):
+        return "same"
+    if force:
+        return None
+    what = "was written by mtpforge from another source, trunk or options" if m else "was not written by mtpforge"
+    raise RefusedError(f"{dest} exists and {what}", "pass --force to replace it, or --output another path")
+
+
+def add_mtp_gguf(
+    *, source: str, target: str, layout: str | None = None, precision: str | None = None, fetch: str = "auto",
+    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Add the source's MTP head for llama.cpp; see the module docstring."""
+    from ..pipeline import _planned_requests, _reader, _source_fingerprint
+
+    if fetch not in ("auto", "ranges", "shards"):
+        raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
+    layout = layout or "gguf-mtp"
+    if layout not in GGUF_LAYOUTS:
+        raise InputError(f"the {layout} layout does not apply to a GGUF target", f"use --layout {' or '.join(GGUF_LAYOUTS)}")
+    prec = parse_precision(precision)
+    trunk, family = _open_trunk(target)
+    tpath = trunk.path
+    assert tpath is not None
+    prog = Progress(enabled=progress)
+    prog.step(f"reading the source {source}")
+    src: SourceHead = open_source_head(source, revision)
+    n_trunk = trunk.block_count
+    check_trunk_matches(trunk, src, n_trunk)
+    plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format)
+
+    shared = [trunk.tensors[n] for n in SHARED_TENSORS if n in trunk.tensors]
+    if "token_embd.weight" not in trunk.tensors:
+        raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")
+    if layout == "gguf-mtp":
+        dest = Path(output).expanduser() if output else tpath.parent / mtp_file_name(trunk.kv, prec, tpath.stem)
+        carried = shared
+    else:
+        if not output:
+            raise InputError("--layout gguf-tail writes a new GGUF: it needs --output NEW.gguf",
+                             "pass --output PATH.gguf (the trunk itself is never modified)")
+        dest = Path(output).expanduser()
+        carried = list(trunk.tensors.values())
+    if dest.resolve() == tpath.resolve():
+        raise InputError("--output is the trunk itself; mtpforge never modifies the trunk", "pass another --output path")
+    if dest.is_dir():
+        raise InputError(f"--output {dest} is a folder", "pass a file path ending in .gguf")
+
+    fingerprint = {
+        "source": _source_fingerprint(src.store, src.entries, src.commit),
+        "trunk": trunk_fingerprint(trunk),
+        "options": {"layout": layout, "precision": prec},
+    }
+    expert_count = int(trunk.get("{arch}.expert_count", 0) or 0)
+    head_bytes = sum(t.nbytes for t in plan)
+    keys = sorted({s.src for t in plan for s in t.slices})
+    keys += [f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in src.entries]
+    to_fetch = [src.entries[k] for k in keys]
+    fetch_bytes = sum(i.nbytes for i in to_fetch)
+    report: dict[str, Any] = {
+        "target": str(tpath), "output": str(dest), "layout": layout, "family": family, "architecture": trunk.arch,
+        "precision": prec, "expert_format": src.expert_format if src.expert_format != "none" else "none",
+        "mtp_tensors": len(plan), "mtp_bytes": head_bytes,
+        "copied_from_trunk": [t.name for t in carried] if layout == "gguf-mtp" else f"{len(carried)} tensors",
+        "copied_bytes": sum(t.nbytes for t in carried),
+        "revision": src.commit, "fetched_bytes": 0, "manifest": str(manifest_path(dest)), "notes": [],
+        "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if layout == "gguf-mtp"
+                else f"llama-server -m {dest} --spec-type draft-mtp"),
+    }
+    if dry_run:
+        report.update(dry_run=True, status="planned", files_to_write=[str(dest), str(manifest_path(dest))],
+                      fetch_bytes=fetch_bytes, fetch_tensors=len(to_fetch), fetch_files=sorted({i.file for i in to_fetch}),
+                      fetch_requests=None if src.local else _planned_requests(to_fetch),
+                      peak_memory_estimate=_peak_estimate(plan), files_written=[],
+                      tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in plan})
+        return report
+    if _existing(dest, fingerprint, force) == "same":
+        report.update(status="already-present", files_written=[])
+        return report
+
+    prog.step(f"fetching {len(to_fetch)} MTP tensors ({fetch_bytes:,} bytes)")
+    read, fetched, mode = _reader(src.store, to_fetch, fetch, progress)
+    report.update(fetched_bytes=fetched, fetch_mode=mode)
+
+    out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in carried]
+    out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in plan]
+    n_mtp = src.n_layers
+    if layout == "gguf-mtp":
+        kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec],
+                         [(t.name, t.shape) for t in out], expert_count)
+    else:
+        kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp)
+
+    manifest = {
+        "mtpforge_manifest": MANIFEST_VERSION, "mtpforge_version": __version__, "family": family,
+        "architecture": trunk.arch, "layout": layout,
+        "source": {"repo": source if not src.local else Path(source).name, "revision": src.commit, "local": src.local},
+        "trunk": fingerprint["trunk"], "fingerprint": fingerprint, "precision": prec,
+        "norm_convention": "shifted", "norm_shift": "+1 on the 7 zero-centred MTP norm kinds, as llama.cpp's converter",
+        "expert_format": {"source": src.expert_format, "written": "stacked (ffn_*_exps)" if src.expert_format != "none" else "none"},
+        "mtp_layers": n_mtp, "block_count": n_trunk + n_mtp,
+        "tensors": {t.name: {"type": t.type.name, "shape": list(reversed(t.shape)), "from": "source"} for t in plan},
+        "copied": {t.name: {"type": t.type.name, "from": "trunk"} for t in carried} if layout == "gguf-mtp" else len(carried),
+    }
+
+    def commit(sha: str, tmp: Path) -> None:
+        check = read_local(tmp)
+        want = {t.name: (t.type, t.shape) for t in out}
+        got = {n: (t.type, t.shape) for n, t in check.tensors.items()}
+        if want != got or check.block_count != n_trunk + n_mtp or check.nextn_layers != n_mtp:
+            raise RefusedError("the written GGUF does not read back as planned; nothing was changed",
+                               "report this with `mtpforge env` output")
+        manifest["file_sha256"] = sha
+        _write_json(manifest_path(dest), manifest)
+
+    prog.step(f"writing {dest.name} ({layout})")
+    total = sum(t.nbytes for t in out)
+    with prog.bytes_bar("writing", total) as advance:
+        write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
+    report.update(status="written", files_written=[str(dest), str(manifest_path(dest))])
+    prog.done(f"wrote {dest} — run: {report['run']}")
+    return report
+
+
+def _peak_estimate(plan: list[HeadTensor]) -> int:
+    biggest = 0
+    for t in plan:
+        for s in t.slices:
+            n = 1
+            for d in s.shape:
+                n *= d
+            biggest = max(biggest, n * 4)
+    return 4 * biggest + (8 << 20)
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", "utf-8")
+    os.replace(tmp, path)
+
+
+__all__ = ["add_mtp_gguf", "is_gguf_path", "GGUF_LAYOUTS", "manifest_path"]

@@ -1,0 +1,147 @@
+"""The source's MTP head as llama.cpp tensors: plan (names, ggml types, shapes, source slices),
+then convert one tensor — one expert — at a time.
+
+The conversion is llama.cpp's converter's, step for step: decode to float32, +1 on the seven
+zero-centred norm kinds (the source is raw Hugging Face), stack experts on the slowest axis,
+quantize with gguf-py's own ``quants`` (the same code the converter calls, so an f32/f16/bf16
+head is byte-identical to the converter's). Norms, 1-D tensors and routers stay F32 as there.
+Stacks are produced expert by expert (every ggml type here quantizes rows independently), so a
+512-expert head never sits in memory whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+import gguf
+import mlx.core as mx
+import numpy as np
+
+from ..checkpoint.safetensors_header import TensorInfo
+from ..checkpoint.tensors import to_mx
+from ..errors import InputError, RefusedError
+from ..families.tables import dims, is_norm_key
+from ..passes.experts import parse_expert_key
+from ..passes.fp8 import dequantize_block_fp8
+from ..plan import SliceRef, source_expert_slices
+from .names import EXPERT_NAMES, gguf_name, keeps_f32
+
+Q = gguf.GGMLQuantizationType
+
+#: --precision values -> ggml type of the head's matrices (norms and routers stay F32)
+PRECISIONS: dict[str, gguf.GGMLQuantizationType] = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
+#: measured on the trained tiny models (README, "llama.cpp"): an f16 head drafts as well as the
+#: f32 one on every trunk quantization, q8_0 loses a little on the Q4_K_M trunks
+DEFAULT_PRECISION = "f16"
+#: llama.cpp's file-type code for an MTP-only file of each precision (``general.file_type``)
+FILE_TYPES: dict[str, int] = {
+    "f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+    "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+}
+
+#: read(info, start, end) -> bytes within one source tensor
+Reader = Callable[[TensorInfo, int, int], bytes]
+
+
+@dataclass
+class HeadTensor:
+    name: str
+    type: gguf.GGMLQuantizationType
+    shape: tuple[int, ...]  # numpy order
+    slices: list[SliceRef]  # one, or one per expert (stacked on axis 0)
+    norm: bool
+
+    @property
+    def nbytes(self) -> int:
+        rows = 1
+        for d in self.shape[:-1]:
+            rows *= d
+        bs, ts = gguf.GGML_QUANT_SIZES[self.type]
+        return rows * (self.shape[-1] // bs) * ts
+
+
+def parse_precision(p: str | None) -> str:
+    v = (p or DEFAULT_PRECISION).strip().lower().replace("-", "_")
+    v = {"float32": "f32", "float16": "f16", "fp16": "f16", "bfloat16": "bf16", "q8": "q8_0"}.get(v, v)
+    if v not in PRECISIONS:
+        raise InputError(f"--precision for a GGUF must be one of {', '.join(PRECISIONS)}, not {p!r}",
+                         f"e.g. --precision {DEFAULT_PRECISION}")
+    return v
+
+
+def _type_for(name: str, shape: tuple[int, ...], precision: str) -> gguf.GGMLQuantizationType:
+    if keeps_f32(name, len(shape)):
+        return Q.F32
+    t = PRECISIONS[precision]
+    bs, _ = gguf.GGML_QUANT_SIZES[t]
+    # the converter's fallback when rows do not split into blocks
+    return t if shape[-1] % bs == 0 else Q.F16
+
+
+def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object], n_trunk: int,
+              precision: str, src_fmt: str) -> list[HeadTensor]:
+    """Every llama.cpp tensor of the head, in a stable order."""
+    out: list[HeadTensor] = []
+    stacks: set[tuple[str, str]] = set()
+    E = dims(src_config)["E"]
+    for bare in sorted(entries):
+        if bare.endswith("_scale_inv"):
+            continue
+        parsed = parse_expert_key(bare)
+        if parsed is not None:
+            _, mlp, _, _ = parsed
+            projs = ("gate_proj", "up_proj") if bare.endswith("gate_up_proj") else \
+                ("down_proj",) if bare.endswith("experts.down_proj") else (parsed[3],)
+            for proj in projs:
+                if (mlp, proj) in stacks:
+                    continue
+                stacks.add((mlp, proj))
+                sl = source_expert_slices("", proj, mlp, src_fmt, entries, E)
+                layer = int(mlp.split(".")[1])
+                name = f"blk.{n_trunk + layer}.{EXPERT_NAMES[proj]}"
+                shape = (E,) + tuple(sl[0].shape)
+                out.append(HeadTensor(name, _type_for(name, shape, precision), shape, sl, False))
+            continue
+        name = gguf_name(bare, n_trunk)
+        if name is None:
+            raise RefusedError(f"source tensor mtp.{bare} has no llama.cpp name", "report this with the source repo id")
+        info = entries[bare]
+        out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape),
+                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], is_norm_key(bare)))
+    return sorted(out, key=lambda t: t.name)
+
+
+def _decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: bytes | None, scale_info: TensorInfo | None) -> np.ndarray:
+    if info.dtype == "BF16":
+        u = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+        return u.view(np.float32).reshape(shape)
+    if info.dtype == "F16":
+        return np.frombuffer(raw, dtype="<f2").astype(np.float32).reshape(shape)
+    if info.dtype == "F32":
+        return np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
+    if info.dtype == "F8_E4M3" and scale is not None and scale_info is not None:
+        w = to_mx(TensorInfo(info.name, info.file, info.dtype, shape, 0, 0), raw)
+        s = to_mx(scale_info, scale)
+        return np.array(dequantize_block_fp8(w, s).astype(mx.float32))
+    raise RefusedError(f"source tensor {info.name} is {info.dtype}, which mtpforge cannot convert for llama.cpp",
+                       "use the bf16 release of the model as --source")
+
+
+def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader) -> Callable[[], Iterator[bytes]]:
+    """The converted bytes of one tensor, one expert at a time."""
+
+    def gen() -> Iterator[bytes]:
+        for s in t.slices:
+            info = entries[s.src]
+            raw = read(info, s.start, s.end)
+            sc = entries.get(f"{s.src}_scale_inv")
+            w = _decode(info, raw, s.shape, read(sc, 0, sc.nbytes) if sc else None, sc)
+            if t.norm:
+                w = w + np.float32(1.0)
+            yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
+
+    return gen
+
+
+__all__ = ["HeadTensor", "plan_head", "tensor_chunks", "parse_precision", "PRECISIONS", "DEFAULT_PRECISION", "FILE_TYPES"]

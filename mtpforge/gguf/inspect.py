@@ -1,0 +1,286 @@
+"""``inspect`` on a GGUF: where llama.cpp would find the MTP head, and what is wrong with it.
+
+A trunk either carries the MTP layer as its last block(s) (``gguf-tail``: ``block_count``
+includes them, ``{arch}.nextn_predict_layers`` counts them), or an MTP-only file sits beside it
+(``gguf-mtp``: ``mtp-*.gguf``, given to llama-server with ``-md``), or there is no head. Every
+check reads metadata and the tensor table only; with ``--source`` the head's norms (a few KB)
+are compared exactly with the source's. A Hub repo is read by range requests, headers only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..findings import Finding, finding
+from .addmtp import MANIFEST_SUFFIX
+from .gguffile import GgufFile, read_local, read_remote, tensor_array
+from .names import FAMILY_OF_ARCH, HEAD_NAMES, LAYER_NAMES, SHARED_TENSORS, block_of, expected_block, is_shifted_norm
+
+
+def _dims(g: GgufFile) -> dict[str, int]:
+    def i(key: str) -> int:
+        v = g.get(key, 0)
+        if isinstance(v, list):
+            v = max(v) if v else 0
+        return int(v or 0)
+
+    H, heads, kv, D = i("{arch}.embedding_length"), i("{arch}.attention.head_count"), i("{arch}.attention.head_count_kv"), \
+        i("{arch}.attention.key_length")
+    return {"H": H, "2H": 2 * H, "Q": heads * D, "2Q": 2 * heads * D, "K": kv * D, "D": D,
+            "F": i("{arch}.feed_forward_length"), "E": i("{arch}.expert_count"),
+            "X": i("{arch}.expert_feed_forward_length"), "S": i("{arch}.expert_shared_feed_forward_length"), "1": 1}
+
+
+def _mtp_blocks(g: GgufFile) -> list[int]:
+    return sorted({b for n in g.tensors if ".nextn." in n and (b := block_of(n)) is not None})
+
+
+def _source_hint(g: GgufFile, source: str | None) -> str:
+    if source:
+        return source
+    for key in ("general.base_model.0.repo_url", "general.source.repo_url", "general.source.url"):
+        v = g.get(key)
+        if isinstance(v, str) and "huggingface.co/" in v:
+            return v.split("huggingface.co/", 1)[1].strip("/")
+    return "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
+
+
+def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
+    """The MTP block of ``head`` (a gguf-tail trunk, or an MTP-only file) against its metadata
+    and, for an MTP-only file, against the trunk it is meant for."""
+    out: list[Finding] = []
+    ref = trunk or head
+    n_next = head.nextn_layers
+    blocks = _mtp_blocks(head)
+    expect_blocks = list(range(head.block_count - n_next, head.block_count)) if n_next else []
+    info: dict[str, Any] = {"mtp_blocks": blocks, "nextn_predict_layers": n_next, "block_count": head.block_count}
+    if not blocks:
+        return out, info
+    if n_next == 0:
+        out.append(finding("MTP_WEIGHTS_WITHOUT_CONFIG",
+                           f"{where} holds NextN tensors (blk.{blocks[0]}.nextn.*) but declares no {head.arch}.nextn_predict_layers",
+                           "re-write it with mtpforge add-mtp (it sets the count), or re-convert with llama.cpp's converter"))
+    elif blocks != expect_blocks:
+        out.append(finding("MTP_UNEXPECTED_TENSORS",
+                           f"{where}: block_count {head.block_count} and nextn_predict_layers {n_next} put the MTP layer at "
+                           f"blk.{expect_blocks[0]}, but its NextN tensors are at blk.{blocks[0]}",
+                           "re-write the head with mtpforge add-mtp --force (block_count = trunk layers + MTP layers)"))
+    if trunk is not None and trunk is not head:
+        if head.arch != trunk.arch:
+            out.append(finding("MTP_SHAPE_MISMATCH", f"{where} is a {head.arch} head, the trunk is {trunk.arch}",
+                               "use the MTP file made for this model (mtpforge add-mtp writes one)"))
+        elif head.block_count - n_next != trunk.block_count:
+            out.append(finding("MTP_UNEXPECTED_TENSORS",
+                               f"{where} places its MTP layer after {head.block_count - n_next} layers; the trunk has {trunk.block_count}",
+                               "it belongs to another model size: write one for this trunk with mtpforge add-mtp"))
+        for n in SHARED_TENSORS:
+            a, b = head.tensors.get(n), trunk.tensors.get(n)
+            if a is not None and b is not None and a.shape != b.shape:
+                out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: {n} is {list(a.shape)}, the trunk's {list(b.shape)}",
+                                   "use the MTP file made for this model"))
+    moe = _dims(ref)["E"] > 0
+    want = expected_block(_dims(ref), moe)
+    for b in blocks[:1]:
+        have = {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b}
+        missing = sorted(set(want) - set(have))
+        extra = sorted(set(have) - set(want))
+        if missing:
+            out.append(finding("MTP_MISSING_TENSORS", f"{where}: the MTP block blk.{b} lacks {', '.join(missing[:3])}"
+                               + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""),
+                               "re-write the head with mtpforge add-mtp --force"))
+        if extra:
+            out.append(finding("MTP_UNEXPECTED_TENSORS", f"{where}: the MTP block blk.{b} has unexpected {', '.join(extra[:3])}",
+                               "re-write the head with mtpforge add-mtp --force"))
+        bad = [f"{k} {list(reversed(have[k].shape))} (expected {list(reversed(shp))})"
+               for k, shp in want.items() if k in have and tuple(have[k].shape) != shp]
+        if bad:
+            out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: head of another model size: {'; '.join(bad[:2])}",
+                               "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
+        info["mtp_tensors"] = len(have)
+        info["mtp_bytes"] = sum(t.nbytes for t in have.values())
+        info["types"] = {k: t.type_name for k, t in sorted(have.items())}
+        info["expert_format"] = "stacked" if "ffn_gate_exps.weight" in have else "none"
+    return out, info
+
+
+def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -> tuple[str, str, list[Finding]]:
+    """Exact comparison of the head's norms with the source's raw ones: +1 is right (llama.cpp's
+    converter shifts them), 0 is raw, +2 double-shifted."""
+    if source is None or head.path is None:
+        return "unknown", "none", []
+    from .source import open_source_head
+
+    src = open_source_head(source, revision)
+    b0 = _mtp_blocks(head)[0]
+    rev = {f"blk.{b0}.{v}": k for k, v in HEAD_NAMES.items()}
+    rev.update({f"blk.{b0}.{v}": f"layers.0.{k}" for k, v in LAYER_NAMES.items()})
+    kinds: dict[str, str] = {}
+    for name, t in head.tensors.items():
+        if not is_shifted_norm(name) or name not in rev or rev[name] not in src.entries:
+            continue
+        info = src.entries[rev[name]]
+        raw = src.store.read_range(info.file, info.begin, info.end)
+        from .head import _decode
+
+        s = _decode(info, raw, tuple(info.shape), None, None)
+        d = float(np.mean(tensor_array(head, t) - s))
+        kinds[name] = "shifted" if abs(d - 1) < 0.05 else "raw" if abs(d) < 0.05 else "double-shifted" if abs(d - 2) < 0.05 else "other"
+    found = set(kinds.values())
+    out: list[Finding] = []
+    if not found:
+        return "unknown", "source", out
+    if found == {"shifted"}:
+        return "shifted", "source", out
+    if found == {"raw"}:
+        out.append(finding("MTP_NORMS_RAW", "the MTP norms are the raw zero-centred source values; llama.cpp expects them +1",
+                           "re-write the head with mtpforge add-mtp --force"))
+        return "raw", "source", out
+    if found == {"double-shifted"}:
+        out.append(finding("MTP_NORMS_DOUBLE_SHIFTED", "the MTP norms are shifted +2 instead of +1 (acceptance halves)",
+                           "re-write the head with mtpforge add-mtp --force"))
+        return "double-shifted", "source", out
+    bad = sorted(n for n, k in kinds.items() if k != "shifted")
+    out.append(finding("MTP_NORMS_MIXED", f"some MTP norms are not shifted +1: {', '.join(bad[:3])}",
+                       "re-write the head with mtpforge add-mtp --force"))
+    return "mixed", "source", out
+
+
+def _manifest(p: Path) -> dict[str, Any] | None:
+    mp = p.with_name(p.name + MANIFEST_SUFFIX)
+    try:
+        return json.loads(mp.read_text("utf-8")) if mp.is_file() else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
+    out = []
+    for n, t in g.tensors.items():
+        if block_of(n) in blocks and t.type_name in ("F32", "F16") and t.nbytes <= (1 << 22):
+            if not np.isfinite(tensor_array(g, t)).all():
+                out.append(finding("NONFINITE_WEIGHTS", f"{n} holds NaN or Inf", "re-write the head with mtpforge add-mtp --force"))
+    return out
+
+
+def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:
+    p = Path(target).expanduser()
+    g = read_local(p)
+    family = FAMILY_OF_ARCH.get(g.arch)
+    findings: list[Finding] = []
+    if family is None:
+        raise InputError(f"{p.name} is a llama.cpp {g.arch or 'unknown'} model, not Qwen3.5, Qwen3.6 or Qwen3-Next",
+                         "mtpforge handles the qwen35, qwen35moe and qwen3next GGUF architectures")
+    is_mtp_only = "blk.0.attn_norm.weight" not in g.tensors and bool(_mtp_blocks(g))
+    siblings: list[dict[str, Any]] = []
+    head: GgufFile | None = None
+    layout = "none"
+    info: dict[str, Any] = {}
+    if _mtp_blocks(g):
+        layout = "gguf-mtp" if is_mtp_only else "gguf-tail"
+        head = g
+        f, info = check_head_file(g, None, p.name)
+        findings += f
+    else:
+        for sp in sorted(p.parent.glob("mtp-*.gguf")):
+            entry: dict[str, Any] = {"file": sp.name}
+            try:
+                sg = read_local(sp)
+            except Exception as e:  # a damaged sibling is a finding, not a crash  # noqa: BLE001
+                msg = getattr(e, "message", str(e))
+                findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {sp.name}"))
+                entry["error"] = msg
+                siblings.append(entry)
+                continue
+            f, sinfo = check_head_file(sg, g, sp.name)
+            entry.update(sinfo)
+            m = _manifest(sp)
+            entry["written_by"] = "mtpforge" if m else None
+            entry["for_trunk"] = (m or {}).get("trunk", {}).get("file")
+            siblings.append(entry)
+            if m and entry["for_trunk"] not in (None, p.name):
+                continue  # mtpforge wrote it for another trunk in this folder: not this one's head
+            findings += f
+            if head is None:
+                head, info, layout = sg, sinfo, "gguf-mtp"
+    hint = _source_hint(g, source)
+    if head is None:
+        if g.nextn_layers:
+            findings.append(finding("MTP_CONFIG_WITHOUT_WEIGHTS",
+                                    f"{p.name} declares {g.arch}.nextn_predict_layers = {g.nextn_layers} but holds no NextN tensors",
+                                    f"mtpforge add-mtp --source {hint} --target {target}"))
+        else:
+            findings.append(finding("MTP_HEAD_MISSING",
+                                    f"{p.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it (llama.cpp's draft-mtp has nothing to run)",
+                                    f"mtpforge add-mtp --source {hint} --target {target}"))
+    conv, conv_from = "none", "none"
+    if head is not None:
+        findings += _nonfinite(head, _mtp_blocks(head))
+        if source:
+            conv, conv_from, nf = _norm_convention(head, source, revision)
+            findings += nf
+        else:
+            m = _manifest(head.path) if head.path else None
+            conv, conv_from = ("shifted", "manifest") if m else ("unknown", "none")
+    report: dict[str, Any] = {
+        "target": target, "format": "gguf", "architecture": g.arch, "family": family, "layout": layout,
+        "config_mtp_layers": (head or g).nextn_layers, "block_count": g.block_count,
+        "trunk_layers": g.block_count - g.nextn_layers if not is_mtp_only else None,
+        "mtp_tensors": info.get("mtp_tensors", 0), "mtp_bytes": info.get("mtp_bytes", 0),
+        "norm_convention": conv, "norm_convention_from": conv_from,
+        "expert_format": info.get("expert_format", "none"),
+        "quantization": {"file_type": g.get("general.file_type"), "mtp_types": info.get("types", {})},
+        "mtp_files": siblings, "head_file": str(head.path) if head is not None and head.path else None,
+        "findings": [f.as_dict() for f in findings],
+    }
+    bad = any(f.severity == "error" or (strict and f.severity == "warning") for f in findings)
+    report["exit_code"] = 1 if bad else 0
+    return report
+
+
+def inspect_gguf_repo(store: Any, target: str, strict: bool = False) -> dict[str, Any]:
+    """A Hub repo of GGUF files: every file's header by range requests, no tensor data."""
+    files = [f for f in store.list_files() if f.endswith(".gguf")]
+    trunks = [f for f in files if not Path(f).name.startswith("mtp-") and "mmproj" not in f]
+    mtps = [f for f in files if Path(f).name.startswith("mtp-")]
+    findings: list[Finding] = []
+    read_bytes = 0
+    parsed: dict[str, GgufFile] = {}
+    for f in trunks + mtps:
+        g, n = read_remote(f, store.size(f), lambda a, b, f=f: store.read_range(f, a, b))
+        parsed[f] = g
+        read_bytes += n
+    entries = []
+    for f in trunks:
+        g = parsed[f]
+        tail = bool(_mtp_blocks(g))
+        fs, info = check_head_file(g, None, f) if tail else ([], {})
+        beside = [m for m in mtps if Path(m).parent == Path(f).parent]
+        for m in beside:
+            fm, _ = check_head_file(parsed[m], g, m)
+            fs += fm
+        if not tail and not beside:
+            fs.append(finding("MTP_HEAD_MISSING", f"{f} has no MTP head: no NextN tail and no mtp-*.gguf beside it",
+                              f"download it, then: mtpforge add-mtp --source {_source_hint(g, None)} --target {Path(f).name}"))
+        findings += fs
+        entries.append({"file": f, "architecture": g.arch, "block_count": g.block_count, "nextn_predict_layers": g.nextn_layers,
+                        "layout": "gguf-tail" if tail else ("gguf-mtp" if beside else "none"), "mtp_files": beside,
+                        "file_type": g.get("general.file_type"), **{k: v for k, v in info.items() if k != "types"}})
+    first = parsed[trunks[0]] if trunks else (parsed[mtps[0]] if mtps else None)
+    report = {
+        "target": target, "format": "gguf", "headers_only": True, "header_bytes_read": read_bytes,
+        "architecture": first.arch if first else None, "family": FAMILY_OF_ARCH.get(first.arch) if first else None,
+        "layout": entries[0]["layout"] if entries else "none", "config_mtp_layers": first.nextn_layers if first else 0,
+        "mtp_tensors": entries[0].get("mtp_tensors", 0) if entries else 0, "mtp_bytes": entries[0].get("mtp_bytes", 0) if entries else 0,
+        "norm_convention": "unknown", "norm_convention_from": "none", "expert_format": entries[0].get("expert_format", "none") if entries else "none",
+        "quantization": {}, "files": entries, "mtp_files": mtps, "findings": [f.as_dict() for f in findings],
+    }
+    report["exit_code"] = 1 if any(f.severity == "error" or (strict and f.severity == "warning") for f in findings) else 0
+    return report
+
+
+__all__ = ["inspect_gguf", "inspect_gguf_repo", "check_head_file"]

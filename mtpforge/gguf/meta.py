@@ -1,0 +1,74 @@
+"""Metadata of the files add-mtp writes for llama.cpp, derived from the trunk's.
+
+llama.cpp's converter writes an MTP-only file with the trunk's metadata and exactly these
+changes (checked against it in the tests): ``block_count`` counts the MTP layers too,
+``{arch}.nextn_predict_layers`` is added (before the linear-attention keys), per-layer arrays get one entry per
+MTP layer (an MTP layer is full attention), and ``general.size_label`` / ``general.file_type``
+describe the file's own tensors. A trunk with the MTP block appended (``gguf-tail``) gets the
+same layer keys and keeps the trunk's file type.
+"""
+
+from __future__ import annotations
+
+import gguf
+
+from .gguffile import KV
+
+U32 = gguf.GGUFValueType.UINT32
+
+#: per-layer arrays and the value an MTP layer takes in them
+PER_LAYER_ARRAYS: dict[str, object] = {"{arch}.attention.recurrent_layers": False}
+
+
+def with_mtp_layers(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int) -> dict[str, KV]:
+    out: dict[str, KV] = {}
+    nextn = f"{arch}.nextn_predict_layers"
+    # where the converter writes it: after the family's own keys, before the recurrent ones
+    anchor = next((k for k in kv if k.startswith(f"{arch}.ssm.")), "general.quantization_version")
+    for k, v in kv.items():
+        if k == nextn:
+            continue
+        if k == anchor and nextn not in out:
+            out[nextn] = KV(n_mtp, U32)
+        if k == f"{arch}.block_count":
+            v = KV(n_trunk + n_mtp, v.type)
+        for tmpl, fill in PER_LAYER_ARRAYS.items():
+            if k == tmpl.format(arch=arch) and isinstance(v.value, list) and len(v.value) == n_trunk:
+                v = KV(list(v.value) + [fill] * n_mtp, v.type, v.sub_type)
+        out[k] = v
+    if nextn not in out:
+        out[nextn] = KV(n_mtp, U32)
+    return out
+
+
+def size_label(tensors: list[tuple[str, tuple[int, ...]]], expert_count: int) -> str:
+    """gguf-py's size label for these tensors, counted by gguf-py's writer as the converter does."""
+    import numpy as np
+
+    w = gguf.GGUFWriter(None, "size")
+    for name, shape in tensors:
+        w.add_tensor_info(name, shape, np.dtype(np.float32), 0, raw_dtype=gguf.GGMLQuantizationType.F32)
+    total, shared, expert, count = w.get_total_parameter_count()
+    return gguf.size_label(total, shared, expert, count)
+
+
+def mtp_only_kv(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int, file_type: int,
+                tensors: list[tuple[str, tuple[int, ...]]], expert_count: int) -> dict[str, KV]:
+    out = with_mtp_layers(kv, arch, n_trunk, n_mtp)
+    if "general.file_type" in out:
+        out["general.file_type"] = KV(int(file_type), out["general.file_type"].type)
+    if "general.size_label" in out:
+        out["general.size_label"] = KV(size_label(tensors, expert_count), out["general.size_label"].type)
+    return out
+
+
+def mtp_file_name(kv: dict[str, KV], precision: str, fallback: str) -> str:
+    """``mtp-<name>.gguf`` as llama.cpp's converter names an MTP-only file (``--mtp``): gguf-py's
+    naming convention on the model's name, without a size label, with the file's type."""
+    def s(key: str) -> str | None:
+        v = kv.get(key)
+        return str(v.value) if v is not None and v.value is not None else None
+
+    name = gguf.naming_convention(s("general.name") or fallback, s("general.basename"), s("general.finetune"),
+                                  s("general.version"), size_label=None, output_type=precision.upper(), model_type=None)
+    return f"mtp-{name}.gguf"

@@ -1,0 +1,34 @@
+"""Human output for a GGUF inspect report (the findings table is the shared one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    rows: list[tuple[str, Any]] = [("format", "GGUF (llama.cpp)" + (", headers only" if r.get("headers_only") else "")),
+                                   ("architecture", r.get("architecture")), ("family", r.get("family")),
+                                   ("layout", r.get("layout"))]
+    if r.get("headers_only"):
+        rows.append(("header bytes read", f"{r.get('header_bytes_read', 0):,}"))
+        for f in r.get("files", []):
+            rows.append((f["file"], f"{f['layout']}, block_count {f['block_count']}, nextn {f['nextn_predict_layers']}"))
+    else:
+        rows += [("block_count", r.get("block_count")), ("nextn_predict_layers", r.get("config_mtp_layers")),
+                 ("MTP tensors", f"{r.get('mtp_tensors')} ({r.get('mtp_bytes', 0):,} B)"),
+                 ("norm convention", f"{r.get('norm_convention')} (from {r.get('norm_convention_from')})"),
+                 ("expert format", r.get("expert_format"))]
+        if r.get("head_file") and r.get("layout") == "gguf-mtp":
+            rows.append(("MTP file", r["head_file"]))
+        types = sorted(set((r.get("quantization") or {}).get("mtp_types", {}).values()))
+        if types:
+            rows.append(("MTP tensor types", ", ".join(types)))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    console.print(t)

@@ -1,0 +1,106 @@
+"""``verify`` on a GGUF: the real llama.cpp decodes greedily with and without its MTP drafter.
+
+Proof is llama.cpp's own: the token ids with ``--spec-type draft-mtp`` must equal plain greedy
+decoding, and acceptance is its ``draft_n_accepted / draft_n``. The head is the trunk's own NextN
+tail, or an MTP-only file (``--draft``, else the ``mtp-*.gguf`` beside the trunk that mtpforge
+wrote for it, else the only one there).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import InputError, RefusedError
+from ..progress import Progress
+from .addmtp import MANIFEST_SUFFIX
+from .gguffile import read_local
+from .server import decode_all, llama_server, require_llama_server
+
+
+def find_mtp_file(trunk: Path) -> Path | None:
+    """The MTP-only GGUF llama.cpp would pair with ``trunk``: mtpforge's (its manifest names the
+    trunk), else the only ``mtp-*.gguf`` in the folder."""
+    cands = sorted(p for p in trunk.parent.glob("mtp-*.gguf") if p.is_file())
+    for p in cands:
+        mp = p.with_name(p.name + MANIFEST_SUFFIX)
+        if mp.is_file():
+            try:
+                if json.loads(mp.read_text("utf-8")).get("trunk", {}).get("file") == trunk.name:
+                    return p
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                continue
+    return cands[0] if len(cands) == 1 else None
+
+
+def verify_gguf(
+    target: str, *, draft: str | None = None, prompts: Sequence[str] | None = None, max_tokens: int = 64,
+    llama_server_path: str | None = None, min_acceptance: float = 0.0, n_max: int = 1, progress: bool = True,
+) -> dict[str, Any]:
+    from ..verify import DEFAULT_PROMPTS
+
+    tpath = Path(target).expanduser()
+    binary = require_llama_server(llama_server_path)
+    trunk = read_local(tpath)
+    own_tail = trunk.nextn_layers > 0 and any(".nextn." in n for n in trunk.tensors)
+    mtp_file: Path | None = None
+    if not own_tail:
+        mtp_file = Path(draft).expanduser() if draft else find_mtp_file(tpath)
+        if mtp_file is None:
+            raise RefusedError(f"{tpath.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it",
+                               f"mtpforge add-mtp --source <original Hugging Face repo> --target {tpath}")
+        if not mtp_file.is_file():
+            raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
+        read_local(mtp_file)
+    texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
+    prog = Progress(enabled=progress)
+    prog.step(f"plain greedy decoding with {binary.name} ({len(texts)} prompt(s), {max_tokens} tokens each)")
+    t0 = time.monotonic()
+    with llama_server(binary, tpath) as srv:
+        plain = decode_all(srv, texts, max_tokens)
+    t_plain = time.monotonic() - t0
+    prog.step(f"greedy decoding with --spec-type draft-mtp ({'NextN tail' if own_tail else mtp_file.name})")  # type: ignore[union-attr]
+    t0 = time.monotonic()
+    with llama_server(binary, tpath, draft=mtp_file, mtp=True, n_max=n_max) as srv:
+        spec = decode_all(srv, texts, max_tokens)
+    t_spec = time.monotonic() - t0
+    identical = all(a.tokens == b.tokens for a, b in zip(plain, spec))
+    drafted = sum(c.drafted for c in spec)
+    accepted = sum(c.accepted for c in spec)
+    tokens = sum(len(c.tokens) for c in spec)
+    acc = accepted / drafted if drafted else 0.0
+    problems = []
+    if not identical:
+        bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a.tokens != b.tokens]
+        problems.append(f"output with draft-mtp differs from plain greedy decoding on prompt(s) {bad}")
+    if drafted == 0:
+        problems.append("llama.cpp drafted nothing: the MTP head was not used")
+    if acc < min_acceptance:
+        problems.append(f"acceptance {acc:.1%} is below --min-acceptance {min_acceptance:.1%}")
+    base = [c.tok_s for c in plain if c.tok_s]
+    mtp = [c.tok_s for c in spec if c.tok_s]
+    b_tps = sum(base) / len(base) if base else None
+    m_tps = sum(mtp) / len(mtp) if mtp else None
+    result = {
+        "target": str(tpath), "format": "gguf", "runtime": "llama.cpp", "llama_server": str(binary),
+        "draft": str(mtp_file) if mtp_file else "nextn-tail", "draft_max": n_max,
+        "identical": identical, "tokens": tokens, "drafted": drafted, "accepted": accepted, "acceptance": acc,
+        "acceptance_by_position": [acc] if n_max == 1 else None, "hidden": "post",
+        "accepted_per_verify": accepted / max(1, tokens - accepted) if tokens else 0.0,
+        "baseline_tok_s": b_tps, "mtp_tok_s": m_tps,
+        "speedup": (m_tps / b_tps) if b_tps and m_tps else None,
+        "wall_s": {"plain": round(t_plain, 2), "mtp": round(t_spec, 2)},
+        "per_prompt": [{"drafted": c.drafted, "accepted": c.accepted, "tokens": len(c.tokens)} for c in spec],
+        "problems": problems, "ok": not problems, "exit_code": 1 if problems else 0,
+        "notes": ["llama.cpp feeds its MTP head the post-norm hidden state"],
+    }
+    if problems:
+        prog.step("[red]" + "; ".join(problems) + "[/red]")
+    else:
+        prog.done(f"acceptance {acc:.1%} ({accepted}/{drafted}), identical: {identical}")
+    return result
+
+
+__all__ = ["verify_gguf", "find_mtp_file"]

@@ -1,0 +1,152 @@
+"""Write a GGUF file tensor by tensor, chunk by chunk, atomically.
+
+gguf-py's writer serialises the header, metadata and tensor table; the data of each tensor then
+streams in as chunks (a trunk tensor is copied in 8 MiB reads, a converted MTP tensor arrives
+whole — it is small), so memory stays flat whatever the trunk's size. The file is written to a
+temporary name in the destination folder and renamed into place only once complete and synced:
+a kill leaves the old file (or nothing) under the final name, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Iterator
+
+import gguf
+import numpy as np
+
+from ..errors import InputError, RefusedError
+from .gguffile import KV, GgufFile, GgufTensor
+
+COPY_CHUNK = 8 << 20
+TMP_MARK = ".mtpforge-tmp-"
+
+
+@dataclass
+class OutTensor:
+    name: str
+    type: gguf.GGMLQuantizationType
+    shape: tuple[int, ...]  # numpy order
+    nbytes: int
+    chunks: Callable[[], Iterable[bytes]]
+
+
+def copy_chunks(src: GgufFile, t: GgufTensor) -> Callable[[], Iterator[bytes]]:
+    """A trunk tensor's bytes, read from its file in bounded chunks (no memory map: mapped pages
+    would count against the process as the copy walks a 20 GB file)."""
+    assert src.path is not None
+
+    def gen() -> Iterator[bytes]:
+        with open(src.path, "rb") as f:  # type: ignore[arg-type]
+            f.seek(t.offset)
+            left = t.nbytes
+            while left:
+                b = f.read(min(COPY_CHUNK, left))
+                if not b:
+                    raise RefusedError(f"{src.name} ended inside tensor {t.name}", "re-download the GGUF")
+                left -= len(b)
+                yield b
+
+    return gen
+
+
+def array_chunks(a: np.ndarray) -> Callable[[], Iterator[bytes]]:
+    return lambda: iter([np.ascontiguousarray(a).tobytes()])
+
+
+def tmp_path_for(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def cleanup_tmp(folder: Path, name: str) -> None:
+    """Temp files of earlier killed runs for ``name``."""
+    with contextlib.suppress(OSError):
+        for p in folder.iterdir():
+            if p.name.startswith(f".{name}{TMP_MARK}"):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+
+def check_dest(dest: Path) -> None:
+    if dest.is_symlink():
+        raise RefusedError(f"{dest} is a symbolic link; mtpforge never writes through links",
+                           "remove the link or pass another --output")
+    if not dest.parent.is_dir():
+        raise InputError(f"folder {dest.parent} does not exist", "create it or pass another --output")
+    if not os.access(dest.parent, os.W_OK):
+        raise InputError(f"folder {dest.parent} is not writable", "pass a writable --output location")
+
+
+def write_gguf(dest: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor],
+               on_bytes: Callable[[int], None] | None = None,
+               before_commit: Callable[[str, Path], None] | None = None) -> str:
+    """Write ``dest`` atomically; returns the sha256 of the written file. ``before_commit(sha,
+    tmp)`` runs on the complete temporary file before the rename (a check that raises leaves
+    ``dest`` as it was)."""
+    check_dest(dest)
+    cleanup_tmp(dest.parent, dest.name)
+    tmp = tmp_path_for(dest)
+    logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
+    w = gguf.GGUFWriter(None, arch)
+    try:
+        for k, v in kv.items():
+            if k == "general.architecture":
+                continue
+            if v.value is None:
+                raise RefusedError(f"metadata {k} of the trunk could not be decoded", "re-convert the trunk GGUF")
+            w.add_key_value(k, v.value, v.type, v.sub_type)
+        if "general.alignment" in kv:
+            w.data_alignment = int(kv["general.alignment"].value)
+        for t in tensors:
+            w.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.type)
+        w.write_header_to_file(tmp)
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        assert w.fout is not None
+        fout: BinaryIO = w.fout[0]
+        for t in tensors:
+            w.write_padding(fout, fout.tell())
+            n = 0
+            for b in t.chunks():
+                fout.write(b)
+                n += len(b)
+                if on_bytes:
+                    on_bytes(len(b))
+            if n != t.nbytes:
+                raise RefusedError(f"tensor {t.name}: wrote {n} bytes, expected {t.nbytes}", "report this as a bug")
+            w.write_padding(fout, n)
+        fout.flush()
+        os.fsync(fout.fileno())
+        w.close()
+        sha = file_sha256(tmp)
+        if before_commit is not None:
+            before_commit(sha, tmp)
+        os.replace(tmp, dest)
+        with contextlib.suppress(OSError):
+            dfd = os.open(dest.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        return sha
+    finally:
+        w.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(COPY_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["OutTensor", "write_gguf", "copy_chunks", "array_chunks", "file_sha256", "cleanup_tmp"]
