@@ -116,28 +116,97 @@ def read_local(path: str | os.PathLike[str]) -> GgufFile:
     return g
 
 
-def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes], first: int = 1 << 20) -> tuple[GgufFile, int]:
-    """Parse a Hub file's header from range reads; returns it and the bytes read. Reads the first
-    MiB, and more (doubling) while the header turns out longer."""
-    want = min(first, size)
-    got = b""
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType -> bytes
+_STRING, _ARRAY = 8, 9
+
+
+class _RangeBuf:
+    """Bytes of a remote file's start, fetched only as the header walk needs them: every request
+    asks for a lower bound of what is still to come, so no request reaches past the header."""
+
+    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
+        self.read_range, self.size, self.buf, self.pos, self.requests = read_range, size, bytearray(), 0, 0
+
+    def need(self, n: int, hint: int = 0) -> None:
+        short = self.pos + n - len(self.buf)
+        if short > 0:
+            end = min(self.size, self.pos + max(n, hint))  # hint: bytes known to follow pos
+            if end < self.pos + n:
+                raise CorruptFileError("the GGUF header runs past the end of the file", "re-upload or re-convert it")
+            self.buf += self.read_range(len(self.buf), end)
+            self.requests += 1
+
+    def take(self, n: int, hint: int = 0) -> bytes:
+        self.need(n, hint)
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+    def u32(self, hint: int = 0) -> int:
+        return int.from_bytes(self.take(4, hint), "little")
+
+    def u64(self, hint: int = 0) -> int:
+        return int.from_bytes(self.take(8, hint), "little")
+
+    def string(self, rest: int = 0) -> bytes:
+        """A GGUF string, when at least ``rest`` more bytes follow it."""
+        n = self.u64(8 + rest)
+        return self.take(n, n + rest)
+
+
+def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[int, bytes, int]:
+    """Walk a GGUF header by range reads: (data offset, header bytes, requests made)."""
+    r = _RangeBuf(read_range, size)
+    if r.take(4, 24) != b"GGUF":  # magic, version, tensor count, metadata count
+        raise CorruptFileError("not a GGUF file (bad magic)", "check the file name")
+    r.u32()
+    n_tensors, n_kv = r.u64(), r.u64()
+    alignment = gguf.GGUF_DEFAULT_ALIGNMENT
+    for i in range(n_kv):
+        rest = 14 * (n_kv - i - 1) + 33 * n_tensors  # the smallest the rest of the header can be
+        key = r.string(5 + rest)
+        vt = r.u32(1 + rest)
+        if vt == _STRING:
+            val: bytes | int = r.string(rest)
+        elif vt == _ARRAY:
+            et, count = r.u32(12 + rest), r.u64(rest)
+            if et == _STRING:
+                for j in range(count):
+                    r.string(8 * (count - j - 1) + rest)
+            elif et in _SCALAR:
+                r.take(_SCALAR[et] * count)
+            else:
+                raise CorruptFileError(f"GGUF metadata {key!r} has an unsupported array type {et}", "re-convert it")
+            val = 0
+        elif vt in _SCALAR:
+            raw = r.take(_SCALAR[vt])
+            val = int.from_bytes(raw, "little")
+        else:
+            raise CorruptFileError(f"GGUF metadata {key!r} has an unknown type {vt}", "re-convert it")
+        if key == b"general.alignment" and isinstance(val, int) and val > 0:
+            alignment = val
+    for i in range(n_tensors):
+        rest = 33 * (n_tensors - i - 1)  # a tensor entry is at least 33 bytes
+        r.string(25 + rest)
+        nd = r.u32(24 + rest)
+        r.take(8 * nd + 12, 8 * nd + 12 + rest)
+    off = r.pos + (-r.pos % alignment)
+    return off, bytes(r.buf), r.requests
+
+
+def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -> tuple[GgufFile, int]:
+    """Parse a Hub file's header from range reads, never touching tensor data; returns it and
+    the bytes read."""
+    data_offset, head, _ = header_length(lambda a, b: read_range(a, b), size)
     with tempfile.TemporaryDirectory(prefix="mtpforge-gguf-") as d:
         p = Path(d) / "header.gguf"
-        while True:
-            got += read_range(len(got), want)
-            with open(p, "wb") as f:
-                f.truncate(size)  # sparse: tensor data is never fetched
-                f.write(got)
-            try:
-                g = _parse(p, name, size)
-            except CorruptFileError:
-                if want >= size:
-                    raise
-                g = None
-            if g is not None and g.data_offset <= len(got):
-                g.path = None
-                return g, len(got)
-            want = min(size, max(want * 2, g.data_offset if g else 0))
+        with open(p, "wb") as f:
+            f.truncate(size)  # sparse: tensor data is never fetched
+            f.write(head)
+        g = _parse(p, name, size)
+    if g.data_offset != data_offset:
+        raise CorruptFileError(f"{name}: header length {data_offset} disagrees with gguf-py's {g.data_offset}", "re-convert it")
+    return g, len(head)
 
 
 def tensor_array(g: GgufFile, t: GgufTensor) -> np.ndarray:

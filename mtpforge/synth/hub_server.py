@@ -124,6 +124,18 @@ class _Repo:
 
 
 def _data_start(path: Path, size: int) -> int | None:
+    if path.name.endswith(".gguf"):  # llama.cpp files: tensor data starts after the header
+        from ..gguf.gguffile import header_length
+
+        with open(path, "rb") as f:
+            def read(a: int, b: int) -> bytes:
+                f.seek(a)
+                return f.read(b - a)
+
+            try:
+                return header_length(read, size)[0]
+            except Exception:  # noqa: BLE001 - a damaged file is served as is
+                return None
     if not path.name.endswith(".safetensors") or size < 8:
         return None
     with open(path, "rb") as f:

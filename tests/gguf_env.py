@@ -1,0 +1,114 @@
+"""The real llama.cpp for the GGUF tests: its converter, llama-quantize and llama-server, built by
+scripts/setup_llama_cpp.sh into the cache outside the repo.
+
+Official GGUFs (llama.cpp's converter on the bundled models) and quantized trunks are cached in
+``$MTPFORGE_CACHE/gguf-official/<hash of the model folder and the tree>/`` so the suite converts
+each once. Tests skip, naming the reason, only where no C++ toolchain exists; a machine that has
+one but lacks the build fails, saying how to make it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "mtpforge" / "data"
+MODELS = {"dense": DATA / "tiny-qwen3_5", "moe": DATA / "tiny-qwen3_5_moe"}
+CACHE = Path(os.environ.get("MTPFORGE_CACHE", Path.home() / ".cache" / "mtpforge"))
+VERSION = "0.3.36"
+TREE = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+BIN = TREE / "build" / "bin"
+TOOLS_PY = CACHE / "tools-llama-cpp" / "bin" / "python"
+SETUP = "bash scripts/setup_llama_cpp.sh"
+
+
+def _toolchain() -> bool:
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
+def need(what: str) -> None:
+    """Skip without a C++ toolchain; fail (with the fix) when one exists but the part is missing."""
+    ok = {"server": (BIN / "llama-server").is_file() and (BIN / "llama-quantize").is_file(),
+          "converter": TOOLS_PY.is_file() and (TREE / "convert_hf_to_gguf.py").is_file()}[what]
+    if ok:
+        return
+    if not _toolchain():
+        pytest.skip("no C++ toolchain on this machine: llama.cpp cannot be built, the GGUF tests do not apply")
+    pytest.fail(f"llama.cpp's {what} is missing under {CACHE}: run `{SETUP}` first (CI's .ci/run does)")
+
+
+def _model_hash(folder: Path) -> str:
+    h = hashlib.sha256(str(TREE).encode())
+    for p in sorted(folder.iterdir()):
+        if p.is_file():
+            h.update(p.name.encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def _cached(folder: Path, name: str) -> tuple[Path, bool]:
+    d = CACHE / "gguf-official" / f"{folder.name}-{_model_hash(folder)}"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / name
+    return p, p.is_file()
+
+
+def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "qwen35") -> Path:
+    """llama.cpp's converter on ``folder``: ``trunk`` (--no-mtp), ``mtp`` (--mtp: the MTP-only
+    file) or ``full`` (trunk with its NextN tail)."""
+    need("converter")
+    p, ok = _cached(folder, f"{mode}-{outtype}.gguf")
+    if ok:
+        return p
+    flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": []}[mode]
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    cmd = [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE)]
+    if pre:
+        cmd += ["--pre", pre]
+    cmd += ["--", str(folder), "--outtype", outtype, "--outfile", str(tmp), *flag]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    if r.returncode != 0 or not tmp.is_file():
+        raise AssertionError(f"llama.cpp's converter failed on {folder.name} ({mode}, {outtype}): {r.stderr[-2000:]}")
+    os.replace(tmp, p)
+    return p
+
+
+def quantized(src: Path, qtype: str) -> Path:
+    """llama-quantize of an f32 trunk (Q8_0, Q4_K_M, ...), cached beside it."""
+    need("server")
+    p = src.with_name(src.name.replace("-f32.gguf", f"-{qtype}.gguf"))
+    if p.is_file():
+        return p
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    r = subprocess.run([str(BIN / "llama-quantize"), str(src), str(tmp), qtype], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"llama-quantize {qtype} failed: {r.stdout[-1500:]} {r.stderr[-1500:]}")
+    os.replace(tmp, p)
+    return p
+
+
+def trunk_copy(folder: Path, dst_dir: Path, qtype: str = "f32", name: str | None = None) -> Path:
+    """A private copy of the official trunk (tests may write beside it)."""
+    src = official(folder, "trunk", "f32")
+    if qtype != "f32":
+        src = quantized(src, qtype)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst = dst_dir / (name or f"{folder.name}-{qtype}.gguf")
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def mtpforge(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mtpforge", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}, timeout=timeout)
