@@ -19,6 +19,7 @@ import pytest
 from mtpforge.gguf.gguffile import KV, read_local, tensor_array
 from mtpforge.gguf.names import block_of
 from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
+from mtpforge.synth import build_hf_variant
 from tests.gguf_env import MODELS, mtpforge, official, sha256, trunk_copy
 
 KINDS = ("dense", "moe")
@@ -78,16 +79,24 @@ def test_half_precision_mtp_block_equals_converter(kind: str, precision: str, tm
     assert len(norms) == 7 and all(ours.tensors[k].type == gguf.GGMLQuantizationType.F32 for k in norms)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_gguf_tail_equals_converter_full_file(kind: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="session")
+def next_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Qwen3-Next checkpoint (random weights; per-expert MTP experts), as its source ships."""
+    return build_hf_variant("qwen3_next", tmp_path_factory.mktemp("next") / "tiny-qwen3_next")
+
+
+@pytest.mark.parametrize("kind", (*KINDS, "qwen3_next"))
+def test_gguf_tail_equals_converter_full_file(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """``--layout gguf-tail``: the trunk with its MTP layer appended is llama.cpp's own full
-    conversion, tensor for tensor and key for key (its size label aside)."""
-    trunk = trunk_copy(MODELS[kind], tmp_path)
+    conversion, tensor for tensor and key for key (its size label aside) — fused (Qwen3.5 MoE)
+    and per-expert (Qwen3-Next) experts stacked as llama.cpp stacks them."""
+    model = request.getfixturevalue("next_hf") if kind == "qwen3_next" else MODELS[kind]
+    trunk = trunk_copy(model, tmp_path)
     before = sha256(trunk)
     out = tmp_path / "with-tail.gguf"
-    r = _add(trunk, MODELS[kind], "--precision", "f32", "--layout", "gguf-tail", "--output", str(out))
+    r = _add(trunk, model, "--precision", "f32", "--layout", "gguf-tail", "--output", str(out))
     assert r["layout"] == "gguf-tail" and out.is_file()
-    ours, ref = read_local(out), read_local(official(MODELS[kind], "full", "f32"))
+    ours, ref = read_local(out), read_local(official(model, "full", "f32"))
     assert {k: (t.type, t.shape) for k, t in ours.tensors.items()} == {k: (t.type, t.shape) for k, t in ref.tensors.items()}
     for k, t in ref.tensors.items():
         assert np.array_equal(tensor_array(ours, ours.tensors[k]), tensor_array(ref, t)), k
