@@ -1,0 +1,144 @@
+"""The real llama.cpp runs what mtpforge writes: llama-server with ``--spec-type draft-mtp``.
+
+For the trained dense and MoE tiny models, on trunks at f32, Q8_0 and Q4_K_M (llama-quantize),
+mtpforge's MTP GGUF must load, keep greedy output identical to plain decoding, and draft within
+3 points of the official head with the same embedding choice on the same trunk: llama.cpp's own
+converted MTP block placed beside the trunk's own token_embd/output (grafted here with gguf-py).
+The official MTP-only file (which carries f32 copies of the embeddings) is measured beside them.
+24 prompts x 64 greedy tokens give ~700 drafts per run: binomial noise about ±1.3 points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mtpforge.gguf.gguffile import read_local
+from mtpforge.gguf.names import SHARED_TENSORS
+from mtpforge.gguf.server import decode_all, llama_server
+from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
+from mtpforge.synth import build_hf_variant
+from mtpforge.synth.tokenizer import default_corpus
+from mtpforge.verify import DEFAULT_PROMPTS
+from tests.gguf_env import BIN, CACHE, MODELS, mtpforge, need, official, sha256, trunk_copy
+
+MAX_TOKENS = 64
+RESULTS = CACHE / "gguf-acceptance.json"
+
+
+def prompts() -> list[str]:
+    """verify's 4 default prompts plus 20 held-out documents (a seed no training run used)."""
+    docs = default_corpus(60, seed=424242)
+    extra = [docs[i] + "\n" + docs[i + 1][: max(4, len(docs[i + 1]) // 3)] for i in range(0, 40, 2)]
+    return list(DEFAULT_PROMPTS) + extra
+
+
+@pytest.fixture(autouse=True)
+def _llama() -> None:
+    need("server")
+    need("converter")
+
+
+def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: list[str] | None = None) -> dict:
+    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp) as srv:
+        outs = decode_all(srv, texts or prompts(), MAX_TOKENS)
+    d, a = sum(c.drafted for c in outs), sum(c.accepted for c in outs)
+    return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}
+
+
+def graft(official_mtp: Path, trunk: Path, dst: Path) -> Path:
+    """The official MTP block beside the trunk's own token_embd/output_norm/output: gguf-py
+    writes the official file's metadata and MTP tensors with the trunk's three in place of its
+    f32 copies."""
+    off, tr = read_local(official_mtp), read_local(trunk)
+    out = [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(tr, t)) for n, t in tr.tensors.items() if n in SHARED_TENSORS]
+    out += [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(off, t)) for n, t in off.tensors.items() if n not in SHARED_TENSORS]
+    write_gguf(dst, off.arch, off.kv, out)
+    return dst
+
+
+def _record(key: str, value: dict) -> None:
+    data = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    data[key] = value
+    tmp = RESULTS.with_name(f".{RESULTS.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, RESULTS)
+
+
+def test_anchor_official_files_reproduce(tmp_path: Path) -> None:
+    """The issue's anchor: llama.cpp's own trunk and MTP-only GGUF of the dense model, 4 default
+    prompts x 64 greedy tokens: 109 of 122 drafts accepted, output identical to plain decoding."""
+    trunk = official(MODELS["dense"], "trunk", "f32")
+    plain = measure(trunk, texts=list(DEFAULT_PROMPTS))
+    spec = measure(trunk, draft=official(MODELS["dense"], "mtp", "f32"), texts=list(DEFAULT_PROMPTS))
+    _record("anchor", {k: spec[k] for k in ("drafted", "accepted", "acceptance")})
+    assert spec["tokens"] == plain["tokens"]
+    assert abs(spec["acceptance"] - 109 / 122) <= 0.03, spec
+
+
+@pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_mtpforge_head_drafts_like_the_official_one(kind: str, qtype: str, tmp_path: Path) -> None:
+    trunk = trunk_copy(MODELS[kind], tmp_path / "m", qtype)
+    before = sha256(trunk)
+    r = mtpforge("add-mtp", "--source", str(MODELS[kind]), "--target", str(trunk), "--json")
+    assert r.returncode == 0, r.stderr
+    ours_file = Path(json.loads(r.stdout)["output"])
+    assert sha256(trunk) == before
+
+    plain = measure(trunk)
+    ours = measure(trunk, draft=ours_file)
+    (tmp_path / "graft").mkdir()
+    grafted = measure(trunk, draft=graft(official(MODELS[kind], "mtp", "f32"), trunk, tmp_path / "graft" / "mtp-g.gguf"))
+    own = measure(trunk, draft=official(MODELS[kind], "mtp", "f32"))
+    _record(f"{kind}-{qtype}", {name: {k: m[k] for k in ("drafted", "accepted", "acceptance")}
+                                for name, m in (("mtpforge_f16", ours), ("official_grafted", grafted), ("official_file", own))})
+    assert ours["tokens"] == plain["tokens"] and grafted["tokens"] == plain["tokens"] and own["tokens"] == plain["tokens"]
+    assert ours["drafted"] > 500
+    assert ours["acceptance"] >= grafted["acceptance"] - 0.03, (ours["acceptance"], grafted["acceptance"])
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16", "q8_0"])
+def test_every_precision_loads_and_keeps_output(precision: str, tmp_path: Path) -> None:
+    trunk = trunk_copy(MODELS["moe"], tmp_path / "m", "Q4_K_M")
+    r = mtpforge("add-mtp", "--source", str(MODELS["moe"]), "--target", str(trunk), "--precision", precision, "--json")
+    assert r.returncode == 0, r.stderr
+    plain, spec = measure(trunk), measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+    _record(f"moe-Q4_K_M-{precision}", {k: spec[k] for k in ("drafted", "accepted", "acceptance")})
+    assert spec["tokens"] == plain["tokens"] and spec["acceptance"] > 0.5
+
+
+def test_gguf_tail_runs_with_draft_mtp(tmp_path: Path) -> None:
+    trunk = trunk_copy(MODELS["dense"], tmp_path / "m", "Q8_0")
+    out = tmp_path / "tail.gguf"
+    r = mtpforge("add-mtp", "--source", str(MODELS["dense"]), "--target", str(trunk), "--layout", "gguf-tail",
+                 "--output", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    plain, spec = measure(trunk), measure(out, mtp=True)
+    assert spec["tokens"] == plain["tokens"] and spec["acceptance"] > 0.6
+
+
+def test_qwen3_next_loads_and_decodes_identically(tmp_path: Path) -> None:
+    src = build_hf_variant("qwen3_next", tmp_path / "tiny-qwen3_next")
+    trunk = trunk_copy(src, tmp_path / "m")
+    r = mtpforge("add-mtp", "--source", str(src), "--target", str(trunk), "--json")
+    assert r.returncode == 0, r.stderr
+    texts = list(DEFAULT_PROMPTS)
+    plain, spec = measure(trunk, texts=texts), measure(trunk, draft=Path(json.loads(r.stdout)["output"]), texts=texts)
+    assert spec["drafted"] > 0 and spec["tokens"] == plain["tokens"]
+
+
+def test_verify_command_on_a_gguf(tmp_path: Path) -> None:
+    trunk = trunk_copy(MODELS["dense"], tmp_path / "m", "Q8_0")
+    r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(BIN / "llama-server"))
+    assert r.returncode == 1 and "no MTP head" in r.stderr
+    assert mtpforge("add-mtp", "--source", str(MODELS["dense"]), "--target", str(trunk)).returncode == 0
+    r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(BIN / "llama-server"), "--min-acceptance", "0.6")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["identical"] is True and rep["drafted"] > 100 and 0.6 <= rep["acceptance"] <= 1
+    r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-such-llama-server"))
+    assert r.returncode == 2 and r.stderr.count("error:") == 1 and "llama.cpp" in r.stderr and "Traceback" not in r.stderr
