@@ -27,11 +27,11 @@ from .passes.quantize import AFFINE_BITS
 SCHEMA_URL = "https://json-schema.org/draft/2020-12/schema"
 FIX = "edit the recipe; `mtpforge schema` lists every key and its type"
 
-Layout = Literal["embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"]
+Layout = Literal["embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter", "gguf-mtp", "gguf-tail"]
 Runtime = Literal["mlx-lm", "mlx-lm-mtp", "vllm-mlx", "exo", "mtplx", "mlx-vlm"]
 #: affine bits mx.quantize accepts (7 is rejected), as in passes/quantize.py
 Bits = Literal[2, 3, 4, 5, 6, 8]
-Precision = Union[Literal["match", "bf16", "float16"], Bits]
+Precision = Union[Literal["match", "bf16", "float16", "f32", "f16", "q8_0"], Bits]
 
 
 def _nonblank(text: str) -> str:
@@ -111,7 +111,7 @@ class Recipe(_Strict):
     version: Literal[1] = Field(1, description="Recipe format version.")
     source: str = Field(..., min_length=1, description="The original checkpoint: a Hugging Face repo id (Qwen/Qwen3.5-27B) or a folder (./path, relative to the recipe).")
     revision: Optional[str] = Field(None, min_length=1, description="Source revision (branch, tag or commit sha) for a repo id; pin a sha for reproducible CI.")
-    target: str = Field(..., min_length=1, description="The MLX model folder (relative to the recipe) that gets the head.")
+    target: str = Field(..., min_length=1, description="The MLX model folder, or llama.cpp .gguf trunk (relative to the recipe), that gets the head.")
     output: Optional[str] = Field(None, min_length=1, description="Write a new folder instead of changing target (for mlx-vlm-drafter: the drafter folder, default <target>-mtp-drafter).")
     layout: Optional[Layout] = Field(None, description="Where the head goes; default: embedded for Qwen3.5/3.6, sidecar for Qwen3-Next.")
     precision: Precision = Field("match", description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8).")
@@ -124,7 +124,8 @@ class Recipe(_Strict):
     @field_validator("precision", mode="before")
     @classmethod
     def _precision(cls, v: Any) -> Any:
-        aliases = {"bfloat16": "bf16", "fp16": "float16", "float16": "float16", "bf16": "bf16", "match": "match"}
+        aliases = {"bfloat16": "bf16", "fp16": "float16", "float16": "float16", "bf16": "bf16", "match": "match",
+                   "f32": "f32", "f16": "f16", "q8_0": "q8_0"}  # the last three: ggml types, for GGUF targets
         if isinstance(v, str) and v.strip().lower() in aliases:
             return aliases[v.strip().lower()]
         if isinstance(v, str) and v.strip().isdigit():
@@ -132,7 +133,7 @@ class Recipe(_Strict):
         if isinstance(v, int) and not isinstance(v, bool) and v in AFFINE_BITS:
             return v
         raise PydanticCustomError(
-            "precision", "must be match, bf16, float16 or bits 2, 3, 4, 5, 6 or 8 (affine; 7 is not supported by MLX), not "
+            "precision", "must be match, bf16, float16 or bits 2, 3, 4, 5, 6 or 8 (affine; 7 is not supported by MLX), or for a GGUF target f32, f16, bf16 or q8_0, not "
             + repr(v).replace("{", "(").replace("}", ")"))
 
     @model_validator(mode="after")
@@ -399,7 +400,7 @@ def load_recipe(path: str | os.PathLike[str]) -> LoadedRecipe:
     family = None
     if local and (Path(source) / "config.json").is_file():
         family = _local_family(Path(source))
-        if family is not None and recipe.layout is not None:
+        if family is not None and recipe.layout is not None and not recipe.layout.startswith("gguf-"):
             from .families.tables import FAMILIES
 
             if recipe.layout not in FAMILIES[family].layouts:
@@ -466,7 +467,7 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
     if loaded.source_is_local and not Path(loaded.source).is_dir():
         raise loaded.problem(("source",), f"the folder {loaded.source} does not exist",
                              "fix the path (relative to the recipe's folder) or use a Hugging Face repo id")
-    if not loaded.target.is_dir():
+    if not loaded.target.is_dir() and not (loaded.target.suffix == ".gguf" and loaded.target.is_file()):
         raise loaded.problem(("target",), f"the folder {loaded.target} does not exist",
                              "make or download the MLX model first (e.g. hf download mlx-community/<model>-4bit --local-dir <target>)")
 
@@ -489,6 +490,8 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
         return report
 
     folder = added.get("output") or added.get("target") or str(loaded.target)
+    if added.get("layout") == "gguf-mtp":  # checks run on the trunk, which finds its MTP file
+        folder = added.get("target") or str(loaded.target)
     report.update(status=added.get("status"), written_to=folder, files_written=added.get("files_written", []))
     failures: list[str] = []
 

@@ -142,3 +142,19 @@ def test_verify_command_on_a_gguf(tmp_path: Path) -> None:
     assert rep["identical"] is True and rep["drafted"] > 100 and 0.6 <= rep["acceptance"] <= 1
     r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-such-llama-server"))
     assert r.returncode == 2 and r.stderr.count("error:") == 1 and "llama.cpp" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gguf_recipe_runs_end_to_end(tmp_path: Path) -> None:
+    """recipes/tiny-gguf.yaml as CI runs it: add-mtp beside a Q4_K_M trunk, strict inspect,
+    verify through llama-server."""
+    trunk = trunk_copy(MODELS["dense"], tmp_path / "build", "Q4_K_M", name="tiny-qwen3_5-Q4_K_M.gguf")
+    recipe = tmp_path / "recipes" / "tiny-gguf.yaml"
+    recipe.parent.mkdir()
+    text = (Path(__file__).resolve().parents[1] / "recipes" / "tiny-gguf.yaml").read_text()
+    recipe.write_text(text.replace("../mtpforge/data/tiny-qwen3_5", str(MODELS["dense"])))
+    r = mtpforge("run", str(recipe), "--json", env={"LLAMA_SERVER": str(BIN / "llama-server")})
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["check_results"] == {"inspect": "passed", "verify": "passed"}
+    assert rep["steps"]["verify"]["identical"] is True and rep["steps"]["verify"]["acceptance"] >= 0.6
+    assert (trunk.parent / "mtp-Tiny-Qwen3_5-F16.gguf").is_file()
