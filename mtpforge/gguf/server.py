@@ -118,6 +118,7 @@ def llama_server(binary: Path, model: Path, *, draft: Path | None = None, mtp: b
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     srv = Server(f"http://127.0.0.1:{port}", proc, log, args)
+    keep_log = True  # until it served: a failed start keeps its log for the user
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -133,6 +134,7 @@ def llama_server(binary: Path, model: Path, *, draft: Path | None = None, mtp: b
             if time.monotonic() > deadline:
                 raise RefusedError(f"llama-server did not come up within {START_TIMEOUT:.0f} s: {_tail(log)}", f"see {log}")
             time.sleep(0.2)
+        keep_log = False
         yield srv
     finally:
         if proc.poll() is None:
@@ -142,7 +144,7 @@ def llama_server(binary: Path, model: Path, *, draft: Path | None = None, mtp: b
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if os.environ.get("MTPFORGE_KEEP_SERVER_LOG") is None:
+        if not keep_log and os.environ.get("MTPFORGE_KEEP_SERVER_LOG") is None:
             with contextlib.suppress(OSError):
                 log.unlink()
 
