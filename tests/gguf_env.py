@@ -112,3 +112,45 @@ def sha256(p: Path) -> str:
 def mtpforge(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mtpforge", *args], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- llama-server
+
+MAX_TOKENS = 64
+
+
+def prompts() -> list[str]:
+    """verify's 4 default prompts plus 20 held-out documents (a seed no training run used)."""
+    from mtpforge.synth.tokenizer import default_corpus
+    from mtpforge.verify import DEFAULT_PROMPTS
+
+    docs = default_corpus(60, seed=424242)
+    extra = [docs[i] + "\n" + docs[i + 1][: max(4, len(docs[i + 1]) // 3)] for i in range(0, 40, 2)]
+    return list(DEFAULT_PROMPTS) + extra
+
+
+def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: list[str] | None = None) -> dict:
+    """Greedy decoding through llama-server (with draft-mtp when a head is given): token ids and
+    llama.cpp's own draft counters, summed over the prompts."""
+    from mtpforge.gguf.server import decode_all, llama_server
+
+    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp) as srv:
+        outs = decode_all(srv, texts or prompts(), MAX_TOKENS)
+    d, a = sum(c.drafted for c in outs), sum(c.accepted for c in outs)
+    return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}
+
+
+def graft(official_mtp: Path, trunk: Path, dst: Path) -> Path:
+    """The official MTP block beside the trunk's own token_embd/output_norm/output: gguf-py
+    writes the official file's metadata and MTP tensors with the trunk's three in place of its
+    f32 copies."""
+    from mtpforge.gguf.gguffile import read_local
+    from mtpforge.gguf.names import SHARED_TENSORS
+    from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
+
+    off, tr = read_local(official_mtp), read_local(trunk)
+    out = [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(tr, t)) for n, t in tr.tensors.items() if n in SHARED_TENSORS]
+    out += [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(off, t)) for n, t in off.tensors.items() if n not in SHARED_TENSORS]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    write_gguf(dst, off.arch, off.kv, out)
+    return dst

@@ -16,48 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from mtpforge.gguf.gguffile import read_local
-from mtpforge.gguf.names import SHARED_TENSORS
-from mtpforge.gguf.server import decode_all, llama_server
-from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
 from mtpforge.synth import build_hf_variant
-from mtpforge.synth.tokenizer import default_corpus
 from mtpforge.verify import DEFAULT_PROMPTS
-from tests.gguf_env import BIN, CACHE, MODELS, mtpforge, need, official, sha256, trunk_copy
+from tests.gguf_env import BIN, CACHE, MODELS, graft, measure, mtpforge, need, official, sha256, trunk_copy
 
-MAX_TOKENS = 64
 RESULTS = CACHE / "gguf-acceptance.json"
-
-
-def prompts() -> list[str]:
-    """verify's 4 default prompts plus 20 held-out documents (a seed no training run used)."""
-    docs = default_corpus(60, seed=424242)
-    extra = [docs[i] + "\n" + docs[i + 1][: max(4, len(docs[i + 1]) // 3)] for i in range(0, 40, 2)]
-    return list(DEFAULT_PROMPTS) + extra
 
 
 @pytest.fixture(autouse=True)
 def _llama() -> None:
     need("server")
     need("converter")
-
-
-def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: list[str] | None = None) -> dict:
-    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp) as srv:
-        outs = decode_all(srv, texts or prompts(), MAX_TOKENS)
-    d, a = sum(c.drafted for c in outs), sum(c.accepted for c in outs)
-    return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}
-
-
-def graft(official_mtp: Path, trunk: Path, dst: Path) -> Path:
-    """The official MTP block beside the trunk's own token_embd/output_norm/output: gguf-py
-    writes the official file's metadata and MTP tensors with the trunk's three in place of its
-    f32 copies."""
-    off, tr = read_local(official_mtp), read_local(trunk)
-    out = [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(tr, t)) for n, t in tr.tensors.items() if n in SHARED_TENSORS]
-    out += [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(off, t)) for n, t in off.tensors.items() if n not in SHARED_TENSORS]
-    write_gguf(dst, off.arch, off.kv, out)
-    return dst
 
 
 def _record(key: str, value: dict) -> None:
