@@ -277,3 +277,12 @@ def test_inspect_hub_gguf_repo_reads_headers_only(hub, tmp_path: Path) -> None:
     by = {f["file"]: f for f in rep["files"]}
     assert by["Tiny-Qwen3_5-F32.gguf"]["layout"] == "gguf-mtp"
     assert "MTP_SHAPE_MISMATCH" in _codes(rep)  # the dense MTP file sits beside the MoE trunk too
+
+
+def test_verify_without_llama_cpp_is_one_clear_line(tmp_path: Path) -> None:
+    trunk = trunk_copy(MODELS["dense"], tmp_path)
+    r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-llama-server"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert "llama.cpp" in line and " — fix: " in line
+    assert json.loads(r.stdout)["error"]["code"] == "BAD_INPUT"
