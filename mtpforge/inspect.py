@@ -274,7 +274,8 @@ def inspect_checkpoint(
 
         return inspect_gguf(target, source=source, revision=source_revision, strict=strict)
     store = open_target_store(target, revision)
-    if not store.exists("config.json") and any(f.endswith(".gguf") for f in store.list_files()):
+    if not isinstance(store, LocalStore) and not store.exists("config.json") \
+            and any(f.endswith(".gguf") for f in store.list_files()):  # a Hub repo of GGUF files
         from .gguf.inspect import inspect_gguf_repo
 
         return inspect_gguf_repo(store, target, strict=strict)

@@ -42,9 +42,12 @@ def is_gguf_path(path: str) -> bool:
     p = Path(path).expanduser()
     if path.lower().endswith(".gguf"):
         return True
-    if p.is_file():
-        with open(p, "rb") as f:
-            return f.read(4) == b"GGUF"
+    try:
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb") as f:
+                return f.read(4) == b"GGUF"
+    except OSError:
+        pass
     return False
 
 
