@@ -28,11 +28,17 @@ TRUNKS = ("f32", "Q8_0", "Q4_K_M")
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kinds", default="dense,moe", help="comma-separated: dense, moe")
+    ap.add_argument("--trunks", default=",".join(TRUNKS), help="comma-separated trunk types")
+    a = ap.parse_args()
     work = C.workdir("gguf-acceptance")
     results: dict[str, dict[str, dict]] = {}
     rows = []
-    for kind in ("dense", "moe"):
-        for qt in TRUNKS:
+    for kind in a.kinds.split(","):
+        for qt in a.trunks.split(","):
             d = work / f"{kind}-{qt}"
             if d.exists():
                 subprocess.run(["rm", "-rf", str(d)], check=True)
@@ -59,7 +65,8 @@ def main() -> None:
                 print(f"{key:22s} {name:42s} {m['accepted']:4d}/{m['drafted']:4d} {m['acceptance']:.1%} identical={same}", flush=True)
     print(C.table("llama.cpp draft-mtp acceptance (greedy, 24 prompts x 64 tokens, n-max 1)",
                   ["trunk", "head", "accepted", "acceptance", "identical"], rows))
-    path = C.write_result("gguf_acceptance", {"prompts": 24, "max_tokens": 64, "results": results})
+    path = C.write_result("gguf_acceptance" + ("" if a.kinds == "dense,moe" else "_" + a.kinds.replace(",", "_")),
+                          {"prompts": 24, "max_tokens": 64, "results": results})
     print(f"wrote {path}")
 
 

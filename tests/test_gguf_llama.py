@@ -5,7 +5,7 @@ mtpforge's MTP GGUF must load, keep greedy output identical to plain decoding, a
 3 points of the official head with the same embedding choice on the same trunk: llama.cpp's own
 converted MTP block placed beside the trunk's own token_embd/output (grafted here with gguf-py).
 The official MTP-only file (which carries f32 copies of the embeddings) is measured beside them.
-24 prompts x 64 greedy tokens give ~700 drafts per run: binomial noise about ±1.3 points.
+24 prompts x 64 greedy tokens give ~570 drafts per run: binomial noise about ±1.3 points.
 """
 
 from __future__ import annotations
