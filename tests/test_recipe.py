@@ -67,8 +67,12 @@ def test_recipes_cover_the_seed_models_and_every_layout() -> None:
     sources = {lr.source for lr in loaded.values() if not lr.source_is_local}
     assert sources == {"Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.6-27B",
                        "Qwen/Qwen3.6-35B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct"}
-    assert {lr.recipe.layout for lr in loaded.values()} == set(LAYOUT_NAMES)
+    assert {lr.recipe.layout for lr in loaded.values()} == set(LAYOUT_NAMES) | {"gguf-mtp"}
     for name, lr in loaded.items():
+        if name == "tiny-gguf.yaml":  # the bundled model for llama.cpp: a GGUF trunk made by its converter
+            assert lr.source_is_local and lr.source == str(TINY_MODEL) and lr.target.suffix == ".gguf"
+            assert lr.recipe.checks.verify is not None and lr.recipe.checks.inspect.strict
+            continue
         if name == "tiny.yaml":
             assert lr.source_is_local and lr.source == str(TINY_MODEL)
             assert lr.recipe.checks.verify is not None and lr.recipe.checks.inspect.strict
@@ -83,9 +87,11 @@ def test_recipes_cover_the_seed_models_and_every_layout() -> None:
 
 
 def test_recipe_literals_match_the_tables() -> None:
+    from mtpforge.gguf.addmtp import GGUF_LAYOUTS
+
     """The schema's enums are written out for readers; they must not drift from the code."""
     props = Recipe.model_json_schema()
-    assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES
+    assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES + GGUF_LAYOUTS
     runtime = props["$defs"]["InspectCheck"]["properties"]["runtime"]["anyOf"][0]["enum"]
     assert tuple(runtime) == RUNTIMES
     assert tuple(props["properties"]["precision"]["anyOf"][1]["enum"]) == AFFINE_BITS
@@ -145,7 +151,7 @@ STATIC_CASES = {
     "float-revision": (GOOD + "revision: 1.0\n", 3, "revision: Input should be a valid string, got float 1.0 (quote it"),
     "string-bool": (GOOD + "force: 'yes'\n", 3, "force: Input should be a valid boolean"),
     "precision-7": (GOOD + "precision: 7\n", 3, "precision: must be match, bf16, float16 or bits"),
-    "bad-layout": (GOOD + "layout: inline\n", 3, "layout: Input should be 'embedded', 'sidecar', 'vllm-mlx' or 'mlx-vlm-drafter'"),
+    "bad-layout": (GOOD + "layout: inline\n", 3, "layout: Input should be 'embedded', 'sidecar', 'vllm-mlx', 'mlx-vlm-drafter', 'gguf-mtp' or 'gguf-tail'"),
     "runtime-vs-layout": (GOOD + "layout: sidecar\nchecks:\n  inspect:\n    runtime: vllm-mlx\n", 6,
                           "checks.inspect.runtime: vllm-mlx reads its head from the vllm-mlx layout"),
     "experts-vs-runtime": (GOOD + "experts: switch_mlp\nchecks:\n  inspect:\n    runtime: mlx-lm-mtp\n", 3,
