@@ -11,19 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .checkpoint.store import Store, safe_relpath
 from .errors import MtpforgeError, RefusedError
-from .layouts.table import MANIFEST
+from .checkpoint.catalogue import INDEX_FILE
+from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
 
 if TYPE_CHECKING:
     from .plan import Plan
     from .writer.atomic import StagedFolder
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 
 def file_sha(path: Path) -> str:
@@ -109,25 +111,330 @@ def read_manifest_hint(store: Store) -> dict[str, Any] | None:
 
 def head_intact(folder: Path, manifest: dict[str, Any]) -> bool:
     """Whether the files the manifest hashed still hold the bytes add-mtp wrote."""
-    for rel, sha in (manifest.get("file_sha256") or {}).items():
+    hashes = manifest.get("file_sha256")
+    if not isinstance(hashes, dict) or not hashes:
+        return False
+    for rel, sha in hashes.items():
         p = folder / rel
-        if not p.is_file() or file_sha(p) != sha:
+        if not isinstance(rel, str) or p.is_symlink() or not p.is_file() or file_sha(p) != sha:
             return False
     return True
 
 
-def undo(stage: "StagedFolder", manifest: dict[str, Any]) -> None:
-    """Undo what a manifest says add-mtp did, inside a staged folder."""
-    for rel in manifest.get("added", []):
-        stage.remove(rel)
-    for rel, before in (manifest.get("changed") or {}).items():
-        kind = before.get("kind")
-        if kind == "absent":
-            stage.remove(rel)
-        elif kind == "symlink":
-            stage.restore_link(rel, before["target"])
+# ----------------------------------------------------------------------------- what add-mtp may change
+
+#: files add-mtp creates in a model folder (a drafter folder's config and weights come apart)
+HEAD_FILES = (EMBEDDED_FILE, SIDECAR_FILE, VLLM_MLX_WEIGHTS)
+#: files whose content add-mtp edits; nothing else is ever restored from a manifest
+EDITED_FILES = ("config.json", INDEX_FILE)
+_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def _is_mtp_path(key: str) -> bool:
+    return "mtp" in key.split(".")
+
+
+def allowed_change(rel: str, path: tuple[str, ...]) -> bool:
+    """Whether add-mtp ever changes the JSON value at ``path`` of ``rel``: the head's layer
+    count, the sidecar pointer, quantization entries of head modules, index entries of head
+    tensors and the index's total size. A manifest asking to restore anything else is refused."""
+    if rel == "config.json":
+        if path in ((k,) for k in _COUNT_KEYS) or path in (("text_config", k) for k in _COUNT_KEYS):
+            return True
+        if path == ("mlx_lm_extra_tensors",):
+            return True
+        return len(path) == 2 and path[0] in ("quantization", "quantization_config") and _is_mtp_path(path[1])
+    if rel == INDEX_FILE:
+        return path == ("metadata", "total_size") or (len(path) == 2 and path[0] == "weight_map" and _is_mtp_path(path[1]))
+    return False
+
+
+_MISSING = object()
+
+
+def json_diff(before: Any, after: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """Leaf differences between two JSON values, as (path, before, after); dicts are walked,
+    anything else compared whole. A key present on one side only shows ``_MISSING`` on the other."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = []
+        for k in list(before) + [k for k in after if k not in before]:
+            b, a = before.get(k, _MISSING), after.get(k, _MISSING)
+            if isinstance(b, dict) and isinstance(a, dict):
+                out += json_diff(b, a, path + (k,))
+            elif a is _MISSING and isinstance(b, dict) and path == () and k in ("quantization", "quantization_config"):
+                out += [(path + (k, kk), v, _MISSING) for kk, v in b.items()]
+            elif b is _MISSING and isinstance(a, dict) and path == () and k in ("quantization", "quantization_config"):
+                out += [(path + (k, kk), _MISSING, v) for kk, v in a.items()]
+            elif b is _MISSING or a is _MISSING or b != a or type(b) is not type(a):
+                out.append((path + (k,), b, a))
+        return out
+    return [] if before == after and type(before) is type(after) else [(path, before, after)]
+
+
+def patch_of(rel: str, before: Any, after: Any) -> list[dict[str, Any]]:
+    """What add-mtp changed in ``rel``, as the manifest records it (``before`` absent = the key
+    was added)."""
+    out = []
+    for path, b, a in json_diff(before, after):
+        e: dict[str, Any] = {"path": list(path)}
+        if b is not _MISSING:
+            e["before"] = b
+        if a is not _MISSING:
+            e["after"] = a
+        out.append(e)
+    return out
+
+
+def edit_record(rel: str, before: dict[str, Any], before_bytes: bytes | None, after_bytes: bytes) -> dict[str, Any]:
+    """The ``changed`` entry of ``rel``: how it looked, the hashes of those bytes and of the bytes
+    add-mtp produced, and the key-level patch (so a later edit of other keys survives undo)."""
+    rec = dict(before)
+    if before_bytes is not None:
+        rec["sha256"] = hashlib.sha256(before_bytes).hexdigest()
+    rec["after_sha256"] = hashlib.sha256(after_bytes).hexdigest()
+    old = json.loads(before_bytes) if before_bytes is not None else None
+    rec["patch"] = patch_of(rel, old, json.loads(after_bytes)) if isinstance(old, dict) else None
+    return rec
+
+
+# ----------------------------------------------------------------------------- undo, checked
+
+class UntrustedManifest(RefusedError):
+    """The manifest asks for something add-mtp provably did not do; nothing was changed."""
+
+    code = "MANIFEST_UNTRUSTED"
+
+
+@dataclass
+class UndoPlan:
+    """What undoing a manifest does, decided (and checked) before anything is staged."""
+
+    remove: list[str] = field(default_factory=list)
+    write: dict[str, bytes] = field(default_factory=dict)
+    link: dict[str, str] = field(default_factory=dict)
+    kept_edits: list[str] = field(default_factory=list)
+
+
+def _refuse(folder: Path, why: str) -> UntrustedManifest:
+    return UntrustedManifest(
+        f"{folder / MANIFEST} cannot be trusted: {why}; nothing was changed",
+        f"remove-mtp undoes only what add-mtp provably wrote; restore the files by hand (or from a backup) and delete {MANIFEST}")
+
+
+def _read_json_file(p: Path) -> Any:
+    try:
+        return json.loads(p.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return _MISSING
+
+
+def _link_allowed(folder: Path, link: str) -> Path | None:
+    """Where a symlink add-mtp replaced may point when restored: inside the folder, or, for a
+    Hugging Face cache snapshot (``snapshots/<rev>/``), into that repo's ``blobs/`` — never an
+    absolute path, never anywhere else. Returns the file it resolves to."""
+    if not isinstance(link, str) or not link or os.path.isabs(link) or "\0" in link:
+        return None
+    real = Path(os.path.realpath(folder))
+    dest = Path(os.path.realpath(real / link))
+    roots = [real]
+    if real.parent.name == "snapshots":
+        roots.append(real.parent.parent / "blobs")
+    if not any(dest == r or r in dest.parents for r in roots) or not dest.is_file():
+        return None
+    return dest
+
+
+def _get(obj: Any, path: list[str]) -> Any:
+    for k in path:
+        if not isinstance(obj, dict) or k not in obj:
+            return _MISSING
+        obj = obj[k]
+    return obj
+
+
+def _put(obj: dict[str, Any], path: list[str], value: Any) -> None:
+    for k in path[:-1]:
+        nxt = obj.get(k)
+        if not isinstance(nxt, dict):
+            nxt = obj[k] = {}
+        obj = nxt
+    if value is _MISSING:
+        obj.pop(path[-1], None)
+    else:
+        obj[path[-1]] = value
+
+
+def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
+    """Check a manifest against the folder and decide how to undo it; refuse (one line) unless
+    every step undoes something add-mtp provably did.
+
+    Files are removed only when add-mtp creates files of that name and their bytes are the ones
+    it hashed; config.json and the index are restored only where they differ from what add-mtp
+    produced in keys add-mtp writes; a symlink is restored only inside the folder (or into the
+    Hub cache blob store of a snapshot) and only to the bytes recorded."""
+    from .checkpoint.safetensors_header import read_local_header
+    from .layouts.write import dump_json
+
+    plan = UndoPlan()
+    added, changed = manifest.get("added", []), manifest.get("changed") or {}
+    hashes = manifest.get("file_sha256") or {}
+    if not isinstance(hashes, dict):
+        raise _refuse(folder, "its file hashes are malformed")
+    drafter = manifest.get("layout") == "mlx-vlm-drafter"
+    if not isinstance(added, list) or not isinstance(changed, dict):
+        raise _refuse(folder, "it is malformed")
+    if not hashes or any(rel not in added for rel in hashes):
+        raise _refuse(folder, "it does not record the files add-mtp wrote with their hashes")
+    if not drafter and "config.json" not in changed:
+        raise _refuse(folder, "it does not record how config.json looked before add-mtp")
+    for rel in added:
+        if rel == MANIFEST:
+            continue
+        p = folder / rel
+        allowed = rel in HEAD_FILES or rel == VLLM_MLX_MANIFEST or (drafter and rel in ("model.safetensors", "config.json"))
+        if not allowed:
+            raise _refuse(folder, f"it lists {rel} as added, and add-mtp never adds a file of that name")
+        if not os.path.lexists(p):
+            continue  # already gone
+        if p.is_symlink() or not p.is_file():
+            raise _refuse(folder, f"{rel} is not the regular file add-mtp wrote")
+        sha = hashes.get(rel)
+        if sha is not None:
+            if not isinstance(sha, str) or file_sha(p) != sha:
+                raise _refuse(folder, f"{rel} is not the file add-mtp wrote (its bytes changed since)")
+        elif rel == VLLM_MLX_MANIFEST:
+            if _get(_read_json_file(p), ["producer"]) != "mtpforge":
+                raise _refuse(folder, f"{rel} was not written by mtpforge")
+        elif rel == "config.json":
+            if _get(_read_json_file(p), ["model_type"]) != DRAFTER_MODEL_TYPE:
+                raise _refuse(folder, f"{rel} is not an mlx-vlm drafter config")
         else:
-            stage.write_bytes(rel, before["text"].encode("utf-8"))
+            raise _refuse(folder, f"it records no hash for {rel}")
+        if rel.endswith(".safetensors") and not drafter:
+            try:
+                keys = list(read_local_header(p, rel).tensors)
+            except MtpforgeError:
+                raise _refuse(folder, f"{rel} is not a safetensors file") from None
+            if any(not _is_mtp_path(k) for k in keys):
+                raise _refuse(folder, f"{rel} holds tensors that are not the MTP head")
+        plan.remove.append(rel)
+    plan.remove.append(MANIFEST)
+
+    for rel, before in changed.items():
+        if rel not in EDITED_FILES or (drafter and rel in added):
+            raise _refuse(folder, f"it asks to restore {rel}, a file add-mtp never edits")
+        kind = before.get("kind")
+        p = folder / rel
+        if p.is_symlink() or not p.is_file():
+            raise _refuse(folder, f"{rel} is not the file add-mtp wrote")
+        current_bytes = p.read_bytes()
+        current = _read_json_file(p)
+        if not isinstance(current, dict):
+            raise _refuse(folder, f"{rel} is not a JSON object")
+        before_bytes: bytes | None
+        if kind == "file":
+            text = before.get("text")
+            if not isinstance(text, str):
+                raise _refuse(folder, f"its record of {rel} is malformed")
+            before_bytes = text.encode("utf-8")
+        elif kind == "symlink":
+            dest = _link_allowed(folder, before.get("target"))  # type: ignore[arg-type]
+            if dest is None:
+                raise _refuse(folder, f"it asks to make {rel} a link to {str(before.get('target'))[:80]!r}, which leaves the folder")
+            before_bytes = dest.read_bytes()
+        elif kind == "absent":
+            before_bytes = None
+            if rel != INDEX_FILE:
+                raise _refuse(folder, f"it says {rel} did not exist before")
+        else:
+            raise _refuse(folder, f"its record of {rel} is malformed")
+        sha, after_sha = before.get("sha256"), before.get("after_sha256")
+        if after_sha is not None and (not isinstance(after_sha, str) or (before_bytes is not None and not isinstance(sha, str))):
+            raise _refuse(folder, f"its record of {rel} is malformed")
+        if before_bytes is not None and sha is not None and hashlib.sha256(before_bytes).hexdigest() != sha:
+            raise _refuse(folder, f"its record of {rel} does not match its own hash")
+        old: Any = None
+        if before_bytes is not None:
+            try:
+                old = json.loads(before_bytes)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                raise _refuse(folder, f"its record of {rel} is not JSON") from None
+            if not isinstance(old, dict):
+                raise _refuse(folder, f"its record of {rel} is not a JSON object")
+        exact = after_sha == hashlib.sha256(current_bytes).hexdigest() if after_sha is not None else None
+        if before_bytes is None:
+            # add-mtp created the index: it goes only as add-mtp wrote it
+            if not exact:
+                raise _refuse(folder, f"{rel} was created by add-mtp and changed since")
+            plan.remove.append(rel)
+            continue
+        bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth)]
+        patch = before.get("patch")
+        if not bad and not (exact is False and isinstance(patch, list)):
+            # only keys add-mtp writes differ: the bytes as they were
+            if kind == "symlink":
+                plan.link[rel] = before["target"]
+            else:
+                plan.write[rel] = before_bytes
+            continue
+        if exact is False and isinstance(patch, list):
+            # edited after add-mtp: take back add-mtp's keys, keep the user's edits
+            new = json.loads(current_bytes)
+            for e in patch:
+                pth = e.get("path") if isinstance(e, dict) else None
+                if not isinstance(pth, list) or not pth or not all(isinstance(k, str) for k in pth) \
+                        or not allowed_change(rel, tuple(pth)):
+                    raise _refuse(folder, f"its record of {rel} changes keys add-mtp never writes")
+                b, a = e.get("before", _MISSING), e.get("after", _MISSING)
+                if _get(old, pth) != b:
+                    raise _refuse(folder, f"its record of {rel} contradicts itself")
+                if _get(current, pth) != a:
+                    raise UntrustedManifest(
+                        f"{rel} key {'.'.join(pth)} was changed after add-mtp, so removing the head would discard that edit; nothing was changed",
+                        f"set {'.'.join(pth)} back to {json.dumps(a)[:60]} (what add-mtp wrote), or edit {rel} by hand and delete {MANIFEST}")
+                _put(new, pth, b)
+            for k in ("quantization", "quantization_config"):
+                if isinstance(new.get(k), dict) and not new[k] and k not in old:
+                    del new[k]
+            if new == old:
+                plan.write[rel] = before_bytes  # nothing else was edited after all: the bytes as they were
+            else:
+                plan.write[rel] = dump_json(new)
+                plan.kept_edits.append(rel)
+            continue
+        where = ".".join(bad[0])
+        raise _refuse(folder, f"restoring {rel} from it would change {where}, which add-mtp never writes" +
+                      (" (the file was edited after add-mtp)" if exact is False or exact is None else ""))
+    _check_index_after(folder, plan)
+    return plan
 
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "undo"]
+def _check_index_after(folder: Path, plan: UndoPlan) -> None:
+    """The index left behind must not name a file the undo removes (mlx-lm would fail to load)."""
+    if INDEX_FILE in plan.remove or INDEX_FILE in plan.link:
+        return
+    raw = plan.write.get(INDEX_FILE)
+    idx = json.loads(raw) if raw is not None else _read_json_file(folder / INDEX_FILE)
+    wm = idx.get("weight_map") if isinstance(idx, dict) else None
+    if isinstance(wm, dict) and any(v in plan.remove for v in wm.values()):
+        raise _refuse(folder, f"{INDEX_FILE} would still name a file it removes")
+
+
+def apply_undo(stage: "StagedFolder", plan: UndoPlan) -> None:
+    """Carry out a checked undo inside a staged folder."""
+    for rel in plan.remove:
+        stage.remove(rel)
+    for rel, data in plan.write.items():
+        stage.write_bytes(rel, data)
+    for rel, target in plan.link.items():
+        stage.restore_link(rel, target)
+
+
+def undo(stage: "StagedFolder", manifest: dict[str, Any], folder: Path | None = None) -> UndoPlan:
+    """Check ``manifest`` against ``folder`` (the folder the stage mirrors) and undo it."""
+    plan = plan_undo(folder if folder is not None else stage.target, manifest)
+    apply_undo(stage, plan)
+    return plan
+
+
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "undo", "plan_undo", "apply_undo", "UndoPlan", "UntrustedManifest", "edit_record"]

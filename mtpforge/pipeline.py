@@ -22,7 +22,7 @@ from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
 from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
-from .manifest import build_manifest, entry, head_intact, read_manifest, undo
+from .manifest import UntrustedManifest, build_manifest, edit_record, entry, file_sha, head_intact, plan_undo, apply_undo, read_manifest, undo
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
 from .progress import Progress
@@ -256,12 +256,21 @@ def add_mtp(
         stage = StagedFolder(tpath, output=out_path)
     with stage:
         notes: list[str] = []
+        untrusted = False
         if has_head and manifest:
-            undo(stage, manifest)
-        elif has_head and dloc is not None and dcat is not None:
+            try:
+                undo(stage, manifest, existing_root)
+            except UntrustedManifest:
+                # a re-run over a damaged head, or --force: the head is replaced as if another
+                # tool had written it (by its tensors), never by what the manifest claims
+                if not (force or same) or dloc is None:
+                    raise
+                untrusted = True
+        if has_head and (untrusted or not manifest) and dloc is not None and dcat is not None and dloc.layout != "none":
             notes += _strip_foreign_head(stage, dcat, dloc)
         base_cfg = json.loads(stage.path("config.json").read_text("utf-8")) if not drafter else dict(tcat.config)
         before = {rel: entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)} if not drafter else {}
+        before_bytes = {rel: stage.path(rel).read_bytes() if stage.path(rel).is_file() else None for rel in before}
 
         prog.step(f"converting to the {layout} layout")
         head_file = stage.new_file(plan.file)
@@ -272,6 +281,7 @@ def add_mtp(
         digests = scan.digests
         quant_entries = plan.quant_entries()
         added = [plan.file]
+        written: set[str] = set()
         if drafter:
             dq = dict(quant_defaults(tcat.config) or {}) or None
             if dq is not None or quant_entries:
@@ -282,6 +292,7 @@ def add_mtp(
             cfg = updated_config(base_cfg, family=family, layout=layout, n_layers=n_layers,
                                  mtp_tensors=plan.mtp_tensors, quant_entries=quant_entries)
             stage.write_bytes("config.json", dump_json(cfg))
+            written.add("config.json")
             if layout in ("embedded",) or (layout == "vllm-mlx" and family == "qwen3_next"):
                 idx_path = stage.path(INDEX_FILE)
                 idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
@@ -291,6 +302,7 @@ def add_mtp(
                     idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
                                                          and f != plan.file for k in h.tensors}}
                 stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
+                written.add(INDEX_FILE)
             if layout == "vllm-mlx" and family != "qwen3_next":
                 src_name = source if not isinstance(sstore, LocalStore) else Path(source).name
                 stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
@@ -303,7 +315,10 @@ def add_mtp(
                     "revision": commit, "local": isinstance(sstore, LocalStore), "fingerprint": fingerprint},
             options=options, plan=plan, n_layers=n_layers,
             tensors={k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
-            file_sha256={plan.file: scan.file_sha256}, added=added, changed=before,
+            file_sha256={plan.file: scan.file_sha256, **{rel: file_sha(stage.path(rel)) for rel in added if rel != plan.file}},
+            added=added,
+            changed={rel: edit_record(rel, e, before_bytes[rel], stage.path(rel).read_bytes())
+                     for rel, e in before.items() if rel in written},
         )
         stage.write_bytes(MANIFEST, dump_json(manifest_obj))
 
@@ -349,6 +364,15 @@ def _files_for(plan: Plan, dest: Path) -> list[str]:
 
 # ----------------------------------------------------------------------------- remove
 
+def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
+    """A manifest that does not name the whole head would leave part of it behind: refused."""
+    cat = load_catalogue(LocalStore(stage.stage))
+    family = detect_family(cat.config, cat.tensors)
+    if family is not None and locate_head(cat, family).layout != "none":
+        raise UntrustedManifest(f"{path / MANIFEST} does not account for the whole MTP head in {path.name}; nothing was changed",
+                                f"remove-mtp undoes only what add-mtp provably wrote; use add-mtp --force to replace the head, or delete {MANIFEST}")
+
+
 def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
     """Restore the folder to its state before add-mtp, byte for byte."""
     path = Path(target).expanduser()
@@ -360,15 +384,17 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
     if manifest is None:
         raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",
                            "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+    undo_plan = plan_undo(path, manifest)  # checked before anything is staged
     prog = Progress(enabled=progress)
     prog.step("staging the restored folder")
     with StagedFolder(path) as stage:
-        undo(stage, manifest)
+        apply_undo(stage, undo_plan)
+        _refuse_head_left(stage, path)
         prog.step("committing")
         stage.commit()
     prog.done(f"removed the MTP head from {path}")
-    return {"target": str(path), "status": "removed", "removed": manifest.get("added", []),
-            "restored": sorted((manifest.get("changed") or {}).keys())}
+    return {"target": str(path), "status": "removed", "removed": undo_plan.remove,
+            "restored": sorted([*undo_plan.write, *undo_plan.link]), "kept_edits": undo_plan.kept_edits}
 
 
 __all__ = ["add_mtp", "remove_mtp", "read_manifest"]
