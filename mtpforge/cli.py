@@ -48,7 +48,7 @@ def run_command(
         _print_error(e, as_json)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
-        _print_error(MtpforgeError("interrupted", "re-run the command; the model folder was left as it was"), as_json)
+        _print_error(_interrupted(), as_json)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
         if debug:
@@ -60,12 +60,32 @@ def run_command(
         )
         _print_error(err, as_json)
         raise typer.Exit(2) from None
+    _ignore_sigint()  # the work is done (and committed): a late Ctrl-C must not turn it into a traceback
     code = int(result.pop("exit_code", 0) or 0)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
     elif render is not None:
         render(result, console)
     raise typer.Exit(code)
+
+
+def _interrupted() -> MtpforgeError:
+    """What Ctrl-C left: the truth depends on whether the swap had happened."""
+    from .writer.atomic import COMMITTED
+
+    if COMMITTED:
+        return MtpforgeError(f"interrupted after the change was committed: {COMMITTED[-1]} holds the new state",
+                             "nothing to undo; run `mtpforge inspect` on it to see the result", code="INTERRUPTED")
+    return MtpforgeError("interrupted", "re-run the command; the model folder was left as it was", code="INTERRUPTED")
+
+
+def _ignore_sigint() -> None:
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread
+        pass
 
 
 def _print_error(e: MtpforgeError, as_json: bool) -> None:
@@ -178,6 +198,8 @@ def verify_cmd(
     def call() -> dict[str, Any]:
         if hidden not in ("auto", "pre", "post"):
             raise InputError(f"--hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+        if seed is not None and not 0 <= seed < 2**32:
+            raise InputError(f"--seed must be between 0 and {2**32 - 1}, not {seed}", "e.g. --seed 0")
         from .verify import verify
 
         res = verify(
@@ -242,7 +264,16 @@ def env_cmd(as_json: bool = JsonOpt) -> None:
 
 
 def main() -> None:
-    app()
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 file name must print, not crash the report
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
+    try:
+        app()
+    except KeyboardInterrupt:  # between typer's start and run_command, or after its output
+        _print_error(_interrupted(), "--json" in sys.argv)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes, to_mx
+from .errors import RefusedError
 from .passes.fp8 import dequantize_block_fp8
 from .passes.norms import NORM_OFFSET
 from .passes.quantize import cast, quantize
@@ -46,6 +47,10 @@ def transform_slice(
         assert scale is not None
         w = dequantize_block_fp8(w, scale)
     w = w.astype(mx.float32)
+    if not mx.all(mx.isfinite(w)).item():
+        # quantization would launder NaN into finite-looking scales and codes: refuse at the source
+        raise RefusedError(f"the source's MTP tensor {info.name} holds NaN or Inf values, so the source checkpoint is damaged; nothing was changed",
+                           "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
     if m.norm:
         w = w + NORM_OFFSET
     if m.q is None:

@@ -8,7 +8,6 @@ projection or expert data is ever fetched.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from importlib import metadata
 from pathlib import Path

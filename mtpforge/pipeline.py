@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catal
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store
 from .convert import Reader, scan_head, write_plan
-from .errors import InputError, RefusedError
+from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
@@ -26,6 +27,7 @@ from .manifest import UntrustedManifest, build_manifest, edit_record, entry, fil
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
 from .progress import Progress
+from .writer.lock import folder_lock
 from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent, cleanup_leftovers
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
 
@@ -68,14 +70,18 @@ def _default_q(config: dict[str, Any]) -> QSpec | None:
 
 
 def _source_fingerprint(store: Store, entries: dict[str, TensorInfo], commit: str | None) -> str:
-    """Identifies the source head: the commit for a Hub repo; names, dtypes, shapes and byte
-    spans for a local folder (cheap, and changes when the files do)."""
+    """Identifies the source head: the commit for a Hub repo (immutable); for a local folder the
+    head's bytes themselves — names, shapes and sizes stay the same when a tensor's values are
+    edited in place, and "already present" must not keep a head converted from other values."""
     h = hashlib.sha256()
     h.update((commit or "").encode())
     for k in sorted(entries):
         i = entries[k]
         h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{store.size(i.file)}\n".encode())
-    return h.hexdigest()
+        if commit is None and isinstance(store, LocalStore):
+            for a in range(i.begin, i.end, 1 << 24):
+                h.update(store.read_range(i.file, a, min(a + (1 << 24), i.end)))
+    return "sha256-bytes:" + h.hexdigest() if commit is None else h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- fetch
@@ -145,6 +151,29 @@ def _strip_foreign_head(stage: StagedFolder, cat: Catalogue, loc: HeadLocation) 
 
 # ----------------------------------------------------------------------------- add
 
+def _check_drafter_dest(dest: Path, force: bool) -> None:
+    """``<target>-mtp-drafter`` is replaced whole: only when it is a drafter mtpforge wrote
+    (or, with --force, another tool's drafter) — never a file, a link or a folder of other files."""
+    if not os.path.lexists(dest):
+        return
+    if dest.is_symlink() or not dest.is_dir():
+        raise RefusedError(f"{dest} exists and is not a folder; mtpforge writes the drafter there",
+                           "move it away, or pass --output DIR for the drafter")
+    names = {p.name for p in dest.iterdir()}
+    if not names:
+        return
+    try:
+        cfg = json.loads((dest / "config.json").read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        cfg = None
+    if not (isinstance(cfg, dict) and cfg.get("model_type") == DRAFTER_MODEL_TYPE):
+        raise RefusedError(f"{dest} holds files that are not an mlx-vlm drafter; mtpforge will not replace them",
+                           "move that folder away, or pass --output DIR for the drafter")
+    if MANIFEST not in names and not force:
+        raise RefusedError(f"{dest} is an mlx-vlm drafter that mtpforge did not write",
+                           "pass --force to replace it, or --output DIR for a new drafter")
+
+
 def add_mtp(
     *, source: str, target: str, layout: str | None = None, precision: str | int = "match",
     keep_fc_full_precision: bool = False, experts: str = "auto", fetch: str = "auto",
@@ -161,6 +190,20 @@ def add_mtp(
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
     parse_precision(precision)
+    args = dict(source=source, target=target, layout=layout, precision=precision, keep_fc_full_precision=keep_fc_full_precision,
+                experts=experts, fetch=fetch, revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
+    if dry_run:
+        return _add_mtp(**args)  # type: ignore[arg-type]
+    # held from the first read of the target to the commit: a run that read the folder before
+    # another run's swap must not stage from it (the shared lock lets --output runs read together)
+    with folder_lock(Path(target).expanduser(), shared=output is not None and layout != "mlx-vlm-drafter"):
+        return _add_mtp(**args)  # type: ignore[arg-type]
+
+
+def _add_mtp(
+    *, source: str, target: str, layout: str | None, precision: str | int, keep_fc_full_precision: bool,
+    experts: str, fetch: str, revision: str | None, output: str | None, dry_run: bool, force: bool, progress: bool,
+) -> dict[str, Any]:
     if not dry_run:
         cleanup_leftovers(Path(target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(target)
@@ -168,8 +211,14 @@ def add_mtp(
     out_path: Path | None = Path(output).expanduser() if output else None
     if out_path is not None and out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
         raise InputError(f"--output {output} exists and is not empty", "pass a new or empty folder")
+    if out_path is not None:
+        ro, rt = os.path.realpath(out_path), os.path.realpath(tpath)
+        if ro == rt or ro.startswith(rt.rstrip(os.sep) + os.sep):
+            raise InputError(f"--output {output} is inside the target {target}",
+                             "pass a folder outside the target (the new folder is a copy of it)")
     if layout == "mlx-vlm-drafter" and out_path is None:
         out_path = tpath.parent / f"{tpath.name}-mtp-drafter"
+        _check_drafter_dest(out_path, force)
     dest = out_path or tpath
     prog = Progress(enabled=progress)
 
@@ -233,14 +282,19 @@ def add_mtp(
     dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
     dloc = locate_head(dcat, family) if dcat is not None and dcat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
     has_head = bool(manifest) or (dloc is not None and dloc.layout != "none")
-    same = bool(manifest) and manifest.get("source", {}).get("fingerprint") == fingerprint \
+    same = bool(manifest) and isinstance(manifest.get("source"), dict) and manifest["source"].get("fingerprint") == fingerprint \
         and manifest.get("options") == options
     if same and (out_path is None or drafter) and head_intact(existing_root, manifest) and not force:
         report.update(status="already-present", files_written=[])
         return report
     if has_head and not force and not same:
-        what = f"a head written by mtpforge from {manifest.get('source', {}).get('repo')} with other options" if manifest \
-            else f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
+        src = manifest.get("source", {}) if manifest else {}
+        if manifest and manifest.get("options") == options and isinstance(src, dict):
+            what = f"a head written by mtpforge from other source bytes ({src.get('repo')} changed since, or another revision)"
+        elif manifest:
+            what = f"a head written by mtpforge from {src.get('repo') if isinstance(src, dict) else '?'} with other options"
+        else:
+            what = f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
         raise RefusedError(f"{existing_root} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
     check_writable_parent(dest)
     check_disk_space(dest, plan.mtp_bytes + (1 << 20))
@@ -323,17 +377,21 @@ def add_mtp(
         stage.write_bytes(MANIFEST, dump_json(manifest_obj))
 
         prog.step("validating the staged folder")
-        from .inspect import data_findings, inspect_checkpoint
+        from .inspect import inspect_checkpoint
 
         # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
         # read whole tensors (a 512-expert stack is ~800 MB)
         check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False, behaviour=False)
-        check["findings"] += [f.as_dict() for f in data_findings(scan.nonfinite, scan.degenerate)]
+        if scan.nonfinite or scan.degenerate:
+            # bytes copied unchanged from the source (a converted tensor with NaN was refused
+            # before it was written): the source is damaged, not the conversion
+            what = "NaN or Inf values" if scan.nonfinite else "all-zero tensors"
+            raise RefusedError(f"the source's MTP head holds {what} ({', '.join(sorted(scan.nonfinite or scan.degenerate)[:3])}), "
+                               "so the source checkpoint is damaged; nothing was changed",
+                               "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
         errors = [f for f in check["findings"] if f["severity"] == "error"]
         if errors:
-            e = errors[0]
-            raise RefusedError(f"the converted head failed validation, nothing was changed: {e['code']}: {e['message']}",
-                               "report this with `mtpforge env` output; the target is untouched")
+            _refuse_validation(errors, tpath)
         prog.step("committing")
         stage.commit()
     report.update(
@@ -347,6 +405,26 @@ def add_mtp(
     )
     prog.done(f"added the MTP head to {dest} ({layout} layout)")
     return report
+
+
+def _refuse_validation(errors: list[dict[str, Any]], tpath: Path) -> None:
+    """Say whose defect stopped the run: the target's own (it was there before mtpforge touched
+    anything; the user can fix it) or the conversion's (a bug to report)."""
+    from .inspect import inspect_checkpoint
+
+    try:
+        own = {f["code"]: f for f in inspect_checkpoint(str(tpath), use_manifest=False, data_checks=False, behaviour=False)["findings"]
+               if f["severity"] == "error"}
+    except MtpforgeError:
+        own = {}
+    for e in errors:
+        if e["code"] in own:
+            f = own[e["code"]]
+            raise RefusedError(f"the target {tpath.name} has a defect of its own, so no head was added: {f['code']}: {f['message']}",
+                               f.get("fix") or "repair or re-convert the target, then run add-mtp again", code="TARGET_DEFECT")
+    e = errors[0]
+    raise RefusedError(f"the converted head failed validation, nothing was changed: {e['code']}: {e['message']}",
+                       "report this with `mtpforge env` output; the target is untouched")
 
 
 def _files_for(plan: Plan, dest: Path) -> list[str]:
@@ -380,6 +458,11 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
         cleanup_leftovers(path)  # a killed run's leftovers (and a half-done fallback swap) first
     if not path.is_dir():
         raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
+    with folder_lock(path):
+        return _remove_mtp(path, target, progress)
+
+
+def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
     manifest = read_manifest(path)
     if manifest is None:
         raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",

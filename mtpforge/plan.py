@@ -136,7 +136,7 @@ def parse_precision(precision: str | int) -> str | int:
     p = str(precision).strip().lower()
     if p in ("match", "bf16", "bfloat16", "float16", "fp16"):
         return {"bfloat16": "bf16", "fp16": "float16"}.get(p, p)
-    if p.isdigit():
+    if p.isascii() and p.isdigit():  # "²".isdigit() is true, int("²") is not
         return int(p)
     raise InputError(f"--precision must be match, bf16, float16 or a number of bits, not {precision!r}", "e.g. --precision 4")
 

@@ -212,6 +212,7 @@ class Outcome:
     phase: str
     leftovers: list[str]
     problems: list[str]
+    signal: str = "SIGKILL"
 
     @property
     def ok(self) -> bool:
@@ -236,7 +237,10 @@ def _phase(bench: Bench, state: str, target_parent: Path, lo: list[str], out_exi
     return "?"
 
 
-def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True) -> Outcome:
+def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True, sig: int = signal.SIGKILL) -> Outcome:
+    """Run the bench's command, send ``sig`` (SIGKILL, or SIGINT as Ctrl-C does) at the plan's
+    moment and judge what is left. A Ctrl-C must also leave one truthful line: "committed"
+    when the folder holds the new state, "left as it was" when it does not, never a traceback."""
     target = bench.fresh(work)
     judged = bench.judged(target)
     source_before = folder_state(bench.source)
@@ -244,18 +248,30 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True)
     proc = subprocess.Popen([sys.executable, "-m", "mtpforge", *bench.args(target)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
-    if plan.anchor is None:
+    seen: list[str] = []
+    if plan.anchor is None and sig == signal.SIGKILL:
         time.sleep(plan.delay)
     else:
+        # a Ctrl-C while the interpreter itself starts is Python's business, not mtpforge's:
+        # timed interrupts count from mtpforge's first line
+        anchor = plan.anchor or ""
         for line in proc.stderr:
-            if plan.anchor in line:
+            seen.append(line)
+            if anchor in line:
                 break
         time.sleep(plan.delay)
-    proc.send_signal(signal.SIGKILL)
+    proc.send_signal(sig)
+    rest = proc.stderr.read() if sig != signal.SIGKILL else ""
     rc = proc.wait()
     proc.stderr.close()
-    killed = rc == -signal.SIGKILL
+    killed = rc == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
     problems: list[str] = []
+    if sig != signal.SIGKILL:
+        err = "".join(seen) + rest
+        if "Traceback" in err or "KeyboardInterrupt" in err:
+            problems.append(f"a traceback after Ctrl-C: {err[-400:]}")
+        if rc not in (0, 130):
+            problems.append(f"exit {rc} after Ctrl-C (expected 130, or 0 when it had finished): {err[-300:]}")
 
     if not judged.exists():
         state = "before" if bench.spec["output"] else "missing"
@@ -271,6 +287,15 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True)
         if state == "other":
             changed = sorted(k for k in set(st) | set(bench.before) if st.get(k) != bench.before.get(k))
             problems.append(f"folder is neither as before nor as after: {changed[:6]}")
+    if sig != signal.SIGKILL and rc == 130:
+        lines = [ln for ln in ("".join(seen) + rest).splitlines() if ln.startswith("error:")]
+        said = lines[-1] if lines else ""
+        if len(lines) != 1:
+            problems.append(f"not one error line after Ctrl-C: {lines}")
+        elif state == "after" and "committed" not in said:
+            problems.append(f"the folder holds the new state, but Ctrl-C said: {said}")
+        elif state == "before" and "left as it was" not in said:
+            problems.append(f"the folder was left as it was, but Ctrl-C said: {said}")
     lo = leftovers(judged.parent)
     phase = _phase(bench, state, judged.parent, lo, judged.exists())
     if bench.spec["output"] and folder_state(target) != folder_state_of_template(bench):
@@ -294,7 +319,8 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True)
                 problems.append(f"re-run left {leftovers(judged.parent)}")
             if bench.blobs is not None and folder_state(work / "models--t" / "blobs") != bench.blobs:
                 problems.append("a blob changed during the re-run")
-    return Outcome(bench.name, plan.anchor, plan.delay, killed, state, phase, lo, problems)
+    return Outcome(bench.name, plan.anchor, plan.delay, killed, state, phase, lo, problems,
+                   "SIGKILL" if sig == signal.SIGKILL else "SIGINT")
 
 
 _TEMPLATE_STATES: dict[str, dict[str, str]] = {}
@@ -333,5 +359,6 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         "runs": len(outcomes), "killed": len(killed), "intact": sum(o.ok for o in outcomes),
         "by_state": by_state, "by_phase": by_phase,
         "by_scenario": {s: sum(o.scenario == s for o in killed) for s in sorted({o.scenario for o in outcomes})},
+        "by_signal": {g: sum(o.signal == g for o in killed) for g in sorted({o.signal for o in outcomes})},
         "failures": [o.__dict__ for o in outcomes if not o.ok],
     }

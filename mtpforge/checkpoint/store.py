@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -91,9 +92,22 @@ class LocalStore:
         except OSError as e:  # a symlink loop, a directory, no permission: a damaged folder, not a bug
             raise _unreadable(rel, e) from None
 
+    def _open(self, rel: str):  # type: ignore[no-untyped-def]
+        """Open a regular file for reading. A FIFO or device named like a shard would block the
+        run forever (or read endlessly): it is refused without waiting for a writer."""
+        fd = os.open(self.path(rel), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CorruptFileError(f"{rel} is not a regular file (a FIFO, socket or device)",
+                                       f"replace {rel} with the real file (re-download it)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return os.fdopen(fd, "rb")
+
     def read_range(self, rel: str, start: int, end: int) -> bytes:
         try:
-            with open(self.path(rel), "rb") as f:
+            with self._open(rel) as f:
                 f.seek(start)
                 data = f.read(end - start)
         except FileNotFoundError:
@@ -109,7 +123,8 @@ class LocalStore:
 
     def read_bytes(self, rel: str) -> bytes:
         try:
-            return self.path(rel).read_bytes()
+            with self._open(rel) as f:
+                return f.read()
         except FileNotFoundError:
             raise
         except OSError as e:

@@ -17,7 +17,8 @@ from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE
 
 def dump_json(obj: Any) -> bytes:
     """JSON as mlx-lm and huggingface_hub write it (indent 4, sorted keys kept as given)."""
-    return (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
+    # a lone surrogate (a non-UTF-8 file name, decoded by the OS layer) becomes its JSON escape
+    return (json.dumps(obj, indent=4, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
 
 
 def _text(config: dict[str, Any]) -> dict[str, Any]:

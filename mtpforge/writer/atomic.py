@@ -16,10 +16,16 @@ import ctypes.util
 import errno
 import os
 import shutil
+import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import InputError, RefusedError
+
+#: errnos of a full disk: no bytes, no inodes (also ENOSPC), a quota
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 STAGE_TAG = ".mtpforge-stage-"
 OLD_TAG = ".mtpforge-old-"
@@ -75,6 +81,45 @@ def _fsync_dir(p: Path) -> None:
         os.close(fd)
 
 
+def rmtree(path: Path) -> None:
+    """Remove a tree even where a folder in it is read-only (a read-only model folder's old copy
+    after the swap): never leave an undeletable leftover beside the user's folder."""
+    def retry(func, p, _exc):  # type: ignore[no-untyped-def]
+        try:
+            parent = os.path.dirname(p)
+            os.chmod(parent, stat.S_IMODE(os.lstat(parent).st_mode) | stat.S_IRWXU)
+            if func is not os.rmdir and os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) | stat.S_IRWXU)
+            func(p)
+        except OSError:
+            pass
+    if os.path.lexists(path):
+        if not os.path.islink(path):
+            try:
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IRWXU)
+            except OSError:
+                pass
+        shutil.rmtree(path, onerror=retry)
+
+
+def _copy_owner_mode(ref: os.stat_result, dst: Path, *, writable: bool) -> None:
+    """Give ``dst`` the mode bits (setgid included) and group of ``ref``; while staging the
+    owner keeps write access, the exact mode comes at commit. A group that cannot be kept is
+    refused: the new folder must not be readable by other people than the old one was."""
+    mode = stat.S_IMODE(ref.st_mode) | (stat.S_IRWXU if writable else 0)
+    st = os.lstat(dst)
+    if (st.st_uid, st.st_gid) != (ref.st_uid, ref.st_gid):
+        try:
+            os.chown(dst, ref.st_uid if st.st_uid != ref.st_uid else -1, ref.st_gid if st.st_gid != ref.st_gid else -1)
+        except OSError:
+            who = f"another user (uid {ref.st_uid})" if st.st_uid != ref.st_uid else f"a group this user is not in (gid {ref.st_gid})"
+            raise RefusedError(
+                f"the folder belongs to {who}, and the new copy mtpforge swaps in would not: nothing was changed",
+                "run mtpforge as the folder's owner (or a member of its group), or use --output DIR") from None
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(dst, mode)
+
+
 def _leftover_pid(name: str, target_name: str) -> tuple[str, int] | None:
     """(tag, pid) when ``name`` is exactly a staged or old copy of ``target_name``."""
     for tag in (STAGE_TAG, OLD_TAG):
@@ -123,7 +168,7 @@ def cleanup_leftovers(target: Path) -> list[Path]:
             _fsync_dir(parent)
             mine = [(t, c) for t, c in mine if c != olds[0]]
     for _, child in mine:
-        shutil.rmtree(child, ignore_errors=True)
+        rmtree(child)
         removed.append(child)
     return removed
 
@@ -160,9 +205,30 @@ def check_disk_space(dest: Path, need: int) -> None:
         )
 
 
-def _mirror(src: Path, dst: Path) -> None:
-    """Copy the tree's structure: hard links for files, symlinks re-created verbatim."""
+def _link_or_copy(s: Path, t: Path, dst: Path) -> None:
+    try:
+        os.link(s, t)
+    except OSError as e:
+        if e.errno in _FULL:
+            raise  # no space or no free inodes: the disk is full, hard links or not
+        # a filesystem without hard links (FAT, exFAT, some network mounts): a real
+        # copy, so the space check of the run never counted it; never fill the disk
+        size = s.stat().st_size
+        if free_bytes(dst) < size + (64 << 20):
+            raise RefusedError(
+                f"not enough disk space to stage a copy of {s.name} ({size:,} bytes): this filesystem "
+                "has no hard links, so mtpforge must copy every file of the folder",
+                "free space for a second copy of the model, or use --output DIR on a filesystem with hard links",
+                code="NO_SPACE") from None
+        shutil.copy2(s, t)
+
+
+def _mirror(src: Path, dst: Path, *, elsewhere: bool = False) -> None:
+    """Copy the tree's structure: hard links for files, symlinks re-created verbatim, folders
+    with their mode and group (writable by the owner until the commit)."""
     dst.mkdir()
+    _copy_owner_mode(os.stat(src), dst, writable=True)
+    root = Path(os.path.realpath(src))
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         rel = Path(dirpath).relative_to(src)
         for d in list(dirnames):
@@ -172,25 +238,51 @@ def _mirror(src: Path, dst: Path) -> None:
                 dirnames.remove(d)
             else:
                 (dst / rel / d).mkdir()
+                _copy_owner_mode(os.stat(s), dst / rel / d, writable=True)
         for f in filenames:
             s = Path(dirpath, f)
             t = dst / rel / f
             if s.is_symlink():
-                os.symlink(os.readlink(s), t)
+                real = Path(os.path.realpath(s))
+                if elsewhere and not (real == root or root in real.parents):
+                    # a new folder elsewhere (--output from a Hub cache snapshot): a relative link
+                    # into the blob store would dangle there, so the file itself comes along
+                    if not real.is_file():
+                        raise RefusedError(f"{s.relative_to(src)} in {src.name} is a broken symlink",
+                                           "re-download the model (the file it points to is missing)")
+                    _link_or_copy(real, t, dst)
+                else:
+                    os.symlink(os.readlink(s), t)
             else:
-                try:
-                    os.link(s, t)
-                except OSError:
-                    # a filesystem without hard links (FAT, exFAT, some network mounts): a real
-                    # copy, so the space check of the run never counted it; never fill the disk
-                    size = s.stat().st_size
-                    if free_bytes(dst) < size + (64 << 20):
-                        raise RefusedError(
-                            f"not enough disk space to stage a copy of {s.name} ({size:,} bytes): this filesystem "
-                            "has no hard links, so mtpforge must copy every file of the folder",
-                            "free space for a second copy of the model, or use --output DIR on a filesystem with hard links",
-                            code="NO_SPACE") from None
-                    shutil.copy2(s, t)
+                _link_or_copy(s, t, dst)
+
+
+#: folders this process has committed a change to (the CLI's Ctrl-C message tells the truth)
+COMMITTED: list[Path] = []
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ctrl-C during the swap and the removal of the old copy is taken after them: the change
+    is then complete and reported as such, never half-reported as "left as it was"."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
 
 
 class StagedFolder:
@@ -208,6 +300,10 @@ class StagedFolder:
                 f"{dest} is a symlink; mtpforge does not write through symlinks",
                 f"pass the real folder ({os.path.realpath(dest)}) or use --output DIR",
             )
+        if dest.is_dir() and os.path.ismount(dest):
+            raise RefusedError(
+                f"{dest} is a mount point: mtpforge stages a copy beside the folder and swaps the two, which cannot cross a mount",
+                "use --output DIR to write a new folder, or pass a folder inside the mount")
         cleanup_leftovers(dest)
         busy = live_stages(dest)
         if busy:
@@ -215,16 +311,25 @@ class StagedFolder:
                 f"another mtpforge run is changing {dest} right now (its staged copy is {busy[0].name})",
                 f"wait for it to finish; if no mtpforge is running, delete {busy[0]}")
         self.stage = dest.parent / f".{dest.name}{STAGE_TAG}{os.getpid()}"
+        if len(os.fsencode(self.stage.name)) > 255:
+            raise InputError(f"the folder name {dest.name[:40]!r}… is too long for the staged copy mtpforge makes beside it",
+                             "rename the folder (at most 220 bytes), or use --output DIR with a shorter name")
         self.committed = False
         if self.stage.exists():
-            shutil.rmtree(self.stage)
+            rmtree(self.stage)
+        # the folder the result takes its mode and group from: the one it replaces
+        ref = self.output if self.output is not None and self.output.is_dir() else \
+            self.target if self.target.is_dir() else None
+        self.ref_root = ref
         try:
             if empty:
                 self.stage.mkdir()
+                if ref is not None:
+                    _copy_owner_mode(os.stat(ref), self.stage, writable=True)
             else:
-                _mirror(self.target, self.stage)
+                _mirror(self.target, self.stage, elsewhere=self.output is not None)
         except BaseException as e:
-            shutil.rmtree(self.stage, ignore_errors=True)
+            rmtree(self.stage)
             no_space = _no_space(e, dest)
             if no_space is not None:
                 raise no_space from None
@@ -281,10 +386,46 @@ class StagedFolder:
         p = self.new_file(rel)
         os.symlink(link_target, p)
 
+    def _settle_modes(self) -> None:
+        """New files take the mode and group of the file they replace (else of config.json),
+        folders exactly those of the folder they replace: a 0700 folder stays 0700, a
+        read-only one read-only, a group-shared one in its group."""
+        ref_root = self.ref_root
+        if ref_root is None:
+            return
+        fallback = ref_root / "config.json"
+        dirs: list[tuple[Path, os.stat_result]] = []
+        for dirpath, dirnames, filenames in os.walk(self.stage):
+            rel = Path(dirpath).relative_to(self.stage)
+            for f in filenames:
+                p = Path(dirpath, f)
+                st = os.lstat(p)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                    continue  # a symlink, or a hard link to the user's own file: already theirs
+                for cand in (ref_root / rel / f, fallback):
+                    if cand.is_file() and not cand.is_symlink():
+                        r = os.stat(cand)
+                        _copy_owner_mode(r, p, writable=False)
+                        break
+            ref_dir = ref_root / rel
+            while not ref_dir.is_dir() and ref_dir != ref_root:
+                ref_dir = ref_dir.parent
+            dirs.append((Path(dirpath), os.stat(ref_dir)))
+        for d, r in reversed(dirs):  # deepest first: a read-only parent is set last
+            _copy_owner_mode(r, d, writable=False)
+
     def commit(self) -> None:
         """Make the staged folder the target (or the output) in one atomic step."""
+        self._settle_modes()
         for dirpath, _, _ in os.walk(self.stage):
             _fsync_dir(Path(dirpath))
+        with _sigint_deferred():
+            self._swap()
+            COMMITTED.append(self.output or self.target)
+            if self.stage.exists():
+                rmtree(self.stage)
+
+    def _swap(self) -> None:
         if self.output is not None:
             if self.output.exists():
                 if self.output.is_symlink() or not self.output.is_dir() or any(self.output.iterdir()):
@@ -293,7 +434,6 @@ class StagedFolder:
                 if exchange(self.stage, self.output):
                     _fsync_dir(self.output.parent)
                     self.committed = True
-                    shutil.rmtree(self.stage, ignore_errors=True)
                     return
                 self.output.rmdir()
             os.rename(self.stage, self.output)
@@ -309,11 +449,10 @@ class StagedFolder:
             self.stage = old
         _fsync_dir(self.target.parent)
         self.committed = True
-        shutil.rmtree(self.stage, ignore_errors=True)
 
     def abort(self) -> None:
         if not self.committed and self.stage.exists():
-            shutil.rmtree(self.stage, ignore_errors=True)
+            rmtree(self.stage)
 
     def __enter__(self) -> "StagedFolder":
         return self
@@ -326,11 +465,16 @@ class StagedFolder:
 
 
 def _no_space(e: BaseException | None, dest: Path) -> RefusedError | None:
-    """A full disk while staging is the user's situation, not a bug: one line, and the folder
-    was not touched (the stage is already gone)."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return RefusedError(f"the disk filled up while staging the change beside {dest}; nothing was changed",
-                            "free some space, or use --output DIR on another disk", code="NO_SPACE")
+    """A full disk (no bytes or no inodes left), a quota or a file larger than the filesystem
+    allows, while staging, is the user's situation, not a bug: one line, and the folder was not
+    touched (the stage is already gone)."""
+    if isinstance(e, OSError) and e.errno == errno.EFBIG:
+        return RefusedError(f"a file is larger than the filesystem beside {dest} allows (EFBIG); nothing was changed",
+                            "use --output DIR on a filesystem without that limit (FAT32 holds at most 4 GiB per file)",
+                            code="NO_SPACE")
+    if isinstance(e, OSError) and e.errno in _FULL:
+        return RefusedError(f"the disk filled up while staging the change beside {dest} (no free space or no free inodes); "
+                            "nothing was changed", "free some space, or use --output DIR on another disk", code="NO_SPACE")
     return None
 
 

@@ -327,6 +327,45 @@ BILLION_LAUGHS = OK_RECIPE + "layout: &a [x, x, x, x, x, x, x, x, x]\n" + "".joi
     f"l{i}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
 
 
+def _fifo(rel: str) -> Callable[[Ctx], None]:
+    def build(c: Ctx) -> None:
+        os.mkfifo(c.tgt / rel)
+    return build
+
+
+def _src_fifo(c: Ctx) -> None:
+    os.mkfifo(c.src / "model-00004-of-00004.safetensors")
+
+
+def _q_entry(value: object) -> Callable[[dict], None]:
+    def fn(cfg: dict) -> None:
+        q = cfg.setdefault("quantization", {})
+        q.update(value if isinstance(value, dict) else {"bits": value})
+        cfg["quantization_config"] = dict(q)
+    return fn
+
+
+def _absurd_shape(obj: dict) -> None:
+    e = obj["mtp.fc.weight"]
+    e["shape"] = [2**40, 2**40]
+
+
+def _fp8_scale(bad: object) -> Callable[[dict], None]:
+    """An FP8 head whose scale tensor is malformed (wrong shape or dtype)."""
+    def fn(obj: dict) -> None:
+        _mtp_as_fp8(obj)
+        name = next(k for k in obj if k != "__metadata__" and k != "mtp.fc.weight")
+        scale = obj.pop(name)
+        obj["mtp.fc.weight_scale_inv"] = dict(scale, **bad)  # type: ignore[arg-type]
+    return fn
+
+
+def _manifest(obj: object) -> Callable[[Ctx], None]:
+    def build(c: Ctx) -> None:
+        (c.tgt / "mtpforge.json").write_text(json.dumps(obj))
+    return build
+
+
 # ----------------------------------------------------------------------------- the corpus
 
 CASES: list[Case] = [
@@ -415,7 +454,7 @@ CASES: list[Case] = [
     Case("remove_mtp_manifest_changes_outside", _hostile_manifest(lambda c: [], {"../canary.txt": {"kind": "absent"}}),
          argv=("remove-mtp", "{tgt}"), exits=(1,), says="outside"),
     Case("remove_mtp_through_symlinked_folder", _hostile_manifest(lambda c: ["sub/canary.txt"], link_sub=True),
-         argv=("remove-mtp", "{tgt}"), exits=(1,), says="symlink"),
+         argv=("remove-mtp", "{tgt}"), exits=(1,), says="cannot be trusted"),
     # recipes
     Case("recipe_python_tag", recipe(OK_RECIPE + "layout: !!python/object/apply:os.system ['touch {tgt}/PWNED']\n"),
          argv=RUN, exits=(2,), says="not allowed"),
@@ -435,4 +474,26 @@ CASES: list[Case] = [
          says="CORRUPT_FILE"),
     Case("inspect_duplicate_names", _duplicate_names, argv=INSPECT, exits=(1,), says="CORRUPT_FILE"),
     Case("recipe_missing", lambda c: None, argv=("run", "{root}/nope.yaml"), exits=(2,), says="does not exist"),
+    # crashes found by the second reliability round: each is one clear line now
+    Case("output_inside_target", lambda c: None, argv=ADD + ("--output", "{tgt}/out"), exits=(2,), says="inside the target"),
+    Case("output_is_target", lambda c: None, argv=ADD + ("--output", "{tgt}"), exits=(2,)),
+    Case("target_fifo_shard", _fifo("model-00009-of-00009.safetensors"), says="not a regular file"),
+    Case("inspect_target_fifo_shard", _fifo("model-00009-of-00009.safetensors"), argv=INSPECT, exits=(1, 2)),
+    Case("source_fifo_shard", _src_fifo, says="not a regular file"),
+    Case("precision_superscript_digit", lambda c: None, argv=ADD + ("--precision", "²"), exits=(2,), says="--precision"),
+    Case("verify_seed_negative", lambda c: None, argv=("verify", "{tgt}", "--seed", "-1"), exits=(2,), says="--seed"),
+    Case("target_quantization_bits_string", json_edit("config.json", _q_entry("four"))),
+    Case("target_quantization_bits_zero", json_edit("config.json", _q_entry(0))),
+    Case("target_quantization_group_huge", json_edit("config.json", _q_entry({"bits": 4, "group_size": 10**12}))),
+    Case("target_quantization_mode_list", json_edit("config.json", _q_entry({"bits": 4, "group_size": 64, "mode": [1]}))),
+    Case("source_mtp_absurd_shape", header_edit(SOURCE_MTP_SHARD, _absurd_shape, in_src=True)),
+    Case("target_absurd_shape", header_edit(TARGET_SHARD, _shape([2**40, 2**40]))),
+    Case("source_fp8_scale_wrong_shape", header_edit(SOURCE_MTP_SHARD, _fp8_scale({"shape": [3, 5, 7]}), in_src=True)),
+    Case("source_fp8_scale_wrong_dtype", header_edit(SOURCE_MTP_SHARD, _fp8_scale({"dtype": "I8"}), in_src=True)),
+    Case("manifest_source_not_dict", _manifest({"mtpforge_manifest": 2, "source": "x", "options": 3, "added": [],
+                                                "changed": {}}), exits=(1,)),
+    Case("manifest_hashes_not_dict", _manifest({"mtpforge_manifest": 2, "file_sha256": [1], "added": ["model-mtp.safetensors"],
+                                                "changed": {}}), argv=("remove-mtp", "{tgt}"), exits=(1,)),
+    Case("manifest_changed_kind_odd", _manifest({"added": [], "changed": {"config.json": {"kind": ["file"], "text": 5}}}),
+         argv=("remove-mtp", "{tgt}"), exits=(1,)),
 ]

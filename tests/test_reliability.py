@@ -1,0 +1,259 @@
+"""The data-loss classes of the second reliability round, through the real CLI: one run per
+folder from the first read to the commit, a drafter folder mtpforge did not write is never
+replaced behind the user's back, the folder's mode, group and setgid survive (a read-only folder
+stays read-only and leaves nothing undeletable), "already present" means the same bytes, NaN in
+the source is refused before quantization can hide it, and Ctrl-C tells the truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from mtpforge.pipeline import add_mtp, remove_mtp
+from tests.checkers import folder_state, rewrite
+from tests.hostile.corpus import split_st
+from tests.crash_harness import cli_env, leftovers, run_cli
+from tests.test_hostile import error_lines, tree_state
+
+
+def one_line(r: subprocess.CompletedProcess, code: int, says: str) -> str:
+    assert r.returncode == code, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr + r.stdout, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and " — fix: " in lines[0], lines
+    assert says.lower() in lines[0].lower(), lines[0]
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+def test_a_second_run_while_the_first_downloads_is_refused_and_the_original_survives(hub, synth, make_target, tmp_path):
+    """Two runs on one target while one downloads: the lock covers read -> fetch -> stage ->
+    commit, so the second is refused at once and remove-mtp restores the original exactly."""
+    repo, _ = hub.source(synth, "qwen3_5")
+    tgt = make_target("qwen3_5")
+    pristine = folder_state(tgt)
+    hub.fault("slow", repo=repo, delay=3.0, times=-1)
+    env = hub.env(tmp_path / "hf-a")
+    first = subprocess.Popen([sys.executable, "-m", "mtpforge", "add-mtp", "--source", repo, "--target", str(tgt)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert first.stderr is not None
+    for line in first.stderr:
+        if "fetching" in line:
+            break
+    second = hub.run("add-mtp", "--source", repo, "--target", str(tgt), "--layout", "sidecar", "--force",
+                     hf_home=tmp_path / "hf-b")
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    first.stderr.close()
+    assert second.code == 1 and "another mtpforge run is changing" in second.stderr, second.stderr
+    assert json.loads(second.stdout)["error"]["code"] == "BUSY"
+    assert (tgt / "model-mtp.safetensors").is_file() and not (tgt / "mtp.safetensors").exists()
+    remove_mtp(str(tgt), progress=False)
+    assert folder_state(tgt) == pristine
+
+
+def test_a_held_folder_refuses_remove_too(synth, make_target, tmp_path):
+    tgt = make_target("qwen3_5")
+    add_mtp(source=str(synth.hf("qwen3_5")), target=str(tgt), progress=False)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from mtpforge.writer.lock import folder_lock\n"
+                               "with folder_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)", str(tgt)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = tree_state(tmp_path)
+        one_line(run_cli(["remove-mtp", str(tgt)]), 1, "another mtpforge run is changing")
+        assert tree_state(tmp_path) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_cli(["remove-mtp", str(tgt)]).returncode == 0  # a dead holder's lock died with it
+
+
+# ----------------------------------------------------------------------------- drafter folders
+
+@pytest.mark.parametrize("what", ["file", "user-folder", "foreign-drafter", "symlink"])
+def test_a_drafter_folder_mtpforge_did_not_write_is_never_replaced_without_force(synth, make_target, tmp_path, what):
+    tgt = make_target("qwen3_5")
+    dest = tgt.parent / f"{tgt.name}-mtp-drafter"
+    if what == "file":
+        dest.write_text("my notes")
+    elif what == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        dest.symlink_to(tmp_path / "elsewhere")
+    else:
+        dest.mkdir()
+        (dest / "notes.txt").write_text("mine")
+        if what == "foreign-drafter":
+            (dest / "config.json").write_text(json.dumps({"model_type": "qwen3_5_mtp", "text_config": {}}))
+    src = str(synth.hf("qwen3_5"))
+    args = ["add-mtp", "--source", src, "--target", str(tgt), "--layout", "mlx-vlm-drafter"]
+    before = tree_state(tmp_path)
+    one_line(run_cli(args), 1, "did not write" if what == "foreign-drafter" else "not")
+    assert tree_state(tmp_path) == before
+    r = run_cli(args + ["--force"])
+    if what == "foreign-drafter":  # --force replaces another tool's drafter, as asked
+        assert r.returncode == 0, r.stderr
+        assert json.loads((dest / "config.json").read_text())["model_type"] == "qwen3_5_mtp" and (dest / "mtpforge.json").is_file()
+    else:  # never a file, a link, or a folder of other files, even with --force
+        one_line(r, 1, "not")
+        assert tree_state(tmp_path) == before
+
+
+def test_mtpforges_own_drafter_is_already_present_then_replaced_with_force(synth, make_target):
+    tgt = make_target("qwen3_5")
+    src = str(synth.hf("qwen3_5"))
+    args = ["add-mtp", "--source", src, "--target", str(tgt), "--layout", "mlx-vlm-drafter"]
+    assert run_cli(args).returncode == 0
+    r = run_cli(args)
+    assert r.returncode == 0 and "already" in r.stdout + r.stderr
+    one_line(run_cli(args + ["--precision", "bf16"]), 1, "already has")
+    assert run_cli(args + ["--precision", "bf16", "--force"]).returncode == 0
+
+
+# ----------------------------------------------------------------------------- permissions
+
+def _other_gid() -> int:
+    """A group other than this process's: root can give any; others use a supplementary group."""
+    if os.geteuid() == 0:
+        return 4242
+    others = [g for g in os.getgroups() if g != os.getegid()]
+    if not others:
+        pytest.skip("needs a second group")
+    return others[0]
+
+
+@pytest.mark.parametrize("cmd", ["add", "remove", "output"])
+def test_mode_group_and_setgid_of_the_folder_and_its_files_are_kept(synth, make_target, tmp_path, cmd):
+    tgt = make_target("qwen3_5")
+    src = str(synth.hf("qwen3_5"))
+    if cmd == "remove":
+        add_mtp(source=src, target=str(tgt), progress=False)
+    gid = _other_gid()
+    for p in [tgt, *tgt.rglob("*")]:
+        if not p.is_symlink():
+            os.chown(p, -1, gid)
+            if p.is_file():
+                os.chmod(p, 0o640)
+    os.chmod(tgt, 0o2750)
+    want_dir = stat.S_IMODE(os.stat(tgt).st_mode)
+    assert want_dir & stat.S_ISGID
+    out = tmp_path / "out"
+    r = run_cli(["remove-mtp", str(tgt)] if cmd == "remove" else
+                ["add-mtp", "--source", src, "--target", str(tgt)] + (["--output", str(out)] if cmd == "output" else []))
+    assert r.returncode == 0, r.stderr
+    folder = out if cmd == "output" else tgt
+    st = os.stat(folder)
+    assert (stat.S_IMODE(st.st_mode), st.st_gid) == (want_dir, gid), (oct(st.st_mode), st.st_gid)
+    for p in folder.rglob("*"):
+        s = os.lstat(p)
+        if stat.S_ISREG(s.st_mode):
+            assert s.st_gid == gid, p
+            assert stat.S_IMODE(s.st_mode) == 0o640, (p, oct(s.st_mode))  # as the folder's files were
+    assert stat.S_IMODE(os.stat(folder / "config.json").st_mode) == 0o640
+    assert leftovers(tgt.parent) == []
+
+
+def test_a_read_only_folder_stays_read_only_and_leaves_nothing_behind(synth, make_target):
+    tgt = make_target("qwen3_5")
+    os.chmod(tgt, 0o555)
+    try:
+        r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)])
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(tgt).st_mode) == 0o555
+        assert leftovers(tgt.parent) == [], "the old copy was left beside the folder"
+        r = run_cli(["remove-mtp", str(tgt)])
+        assert r.returncode == 0, r.stderr
+        assert stat.S_IMODE(os.stat(tgt).st_mode) == 0o555 and leftovers(tgt.parent) == []
+    finally:
+        os.chmod(tgt, 0o755)
+
+
+# ----------------------------------------------------------------------------- provenance and data
+
+def test_already_present_compares_the_local_sources_head_bytes(make_hf, make_target):
+    hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    assert add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)["status"] == "written"
+    shard = next(f for f in sorted(hf.glob("*.safetensors")) if any(k.startswith("mtp.fc") for k in mx.load(str(f))))
+    header, _ = split_st(shard)
+    begin = 8 + len(header) + json.loads(header)["mtp.fc.weight"]["data_offsets"][0]
+    raw = bytearray(shard.read_bytes())
+    raw[begin + 1] ^= 0x80  # the sign of the first value: same names, shapes and sizes
+    tmp = shard.with_name("tmp")
+    tmp.write_bytes(bytes(raw))
+    os.replace(tmp, shard)
+    one_line(run_cli(["add-mtp", "--source", str(hf), "--target", str(tgt), "--precision", "bf16"]), 1, "other source bytes")
+    r = add_mtp(source=str(hf), target=str(tgt), precision="bf16", force=True, progress=False)
+    assert r["status"] == "written"
+
+
+@pytest.mark.parametrize("precision", ["match", "bf16"])
+def test_nan_in_the_source_head_is_refused_before_quantization(make_hf, make_target, tmp_path, precision):
+    hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    shard = next(f for f in sorted(hf.glob("*.safetensors")) if any(k.startswith("mtp.fc") for k in mx.load(str(f))))
+
+    def poison(t: dict) -> dict:
+        w = t["mtp.fc.weight"]
+        flat = w.reshape(-1)
+        flat = mx.concatenate([mx.array([float("nan")], dtype=w.dtype), flat[1:]])
+        return dict(t, **{"mtp.fc.weight": flat.reshape(w.shape)})
+
+    rewrite(shard, poison)
+    before = tree_state(tmp_path)
+    line = one_line(run_cli(["add-mtp", "--source", str(hf), "--target", str(tgt), "--precision", precision]), 1, "NaN")
+    assert "source" in line and "report this" not in line
+    assert tree_state(tmp_path) == before
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+def _sigint_after(args: list[str], anchor: str, delay: float) -> tuple[int, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "mtpforge", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=cli_env())
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if anchor in line:
+            break
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    rc = proc.wait()
+    return rc, "".join(seen) + rest
+
+
+def test_ctrl_c_around_the_swap_tells_the_truth_and_never_a_traceback(synth, make_target, tmp_path):
+    src = str(synth.hf("qwen3_5"))
+    pristine = None
+    outcomes = {"before": 0, "after": 0}
+    for i, delay in enumerate([0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3]):
+        tgt = tmp_path / f"m{i}"
+        shutil.copytree(make_target("qwen3_5"), tgt)
+        pristine = pristine or folder_state(tgt)
+        rc, err = _sigint_after(["add-mtp", "--source", src, "--target", str(tgt)], "committing", delay)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        done = (tgt / "mtpforge.json").is_file()
+        assert folder_state(tgt) == pristine or done, "neither as before nor as after"
+        if rc == 130:
+            lines = error_lines(err)
+            assert len(lines) == 1, lines
+            if done:
+                assert "committed" in lines[0] and "left as it was" not in lines[0], lines[0]
+            else:
+                assert "left as it was" in lines[0], lines[0]
+        else:
+            assert rc == 0 and done, (rc, err)
+        outcomes["after" if done else "before"] += 1
+        assert leftovers(tmp_path) == []
+    assert outcomes["after"] >= 1, outcomes
