@@ -36,6 +36,8 @@ CODES: dict[str, str] = {
     "NORM_CONVENTION_UNKNOWN": INFO,
     "LAYOUT_NOT_READ_BY_RUNTIME": INFO,
     "MANIFEST_STALE": WARNING,
+    # inspect --source names a checkpoint whose head is not this head's origin
+    "SOURCE_MISMATCH": WARNING,
 }
 
 

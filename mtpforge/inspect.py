@@ -19,7 +19,7 @@ from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catal
 from .checkpoint.store import LocalStore, Store
 from .checkpoint.tensors import to_mx
 from .checks import folder as folder_checks, norm_sources, norms as normchk
-from .errors import InputError
+from .errors import InputError, MtpforgeError
 from .families.detect import detect_family
 from .families.tables import FAMILIES, declared_mtp_layers, expected_head, expert_format_of, is_moe, is_norm_key
 from .findings import ERROR, INFO, WARNING, Finding, finding
@@ -27,6 +27,7 @@ from .layouts.detect import HeadLocation, is_raw_hf, locate_head, read_entries
 from .layouts.quant import expected_precision, quant_defaults, stored_precision
 from .layouts.table import MANIFEST, RUNTIMES, SIDECAR_FILE, loads_in_mlx_lm_glob, runtime_module_path
 from .manifest import read_manifest_hint
+from .plan import check_compatible
 
 #: expert formats each runtime loads for an MoE head (SPEC §5)
 RUNTIME_EXPERTS: dict[str, tuple[str, ...]] = {
@@ -134,12 +135,26 @@ def _check_index(cat: Catalogue) -> list[Finding]:
     return out
 
 
-def source_norms(source: str, revision: str | None, keys: list[str]) -> dict[str, mx.array]:
-    """The source's head norms under bare ``keys``, zero-centred (a few KB; over HTTP only these)."""
+def source_norms(source: str, revision: str | None, keys: list[str],
+                 target_config: Mapping[str, Any] | None = None) -> dict[str, mx.array]:
+    """The source's head norms under bare ``keys``, zero-centred (a few KB; over HTTP only these).
+    With ``target_config`` (a --source the user named) a source of another family or size is
+    one clear error, not a silent "unknown"."""
     src_store = open_target_store(source, revision)
     src_cat = load_catalogue(src_store, all_safetensors=False,
                              index_files=None if isinstance(src_store, LocalStore) else head_shards)
-    src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
+    src_family = detect_family(src_cat.config, src_cat.tensors)
+    if target_config is not None:
+        if src_family is None:
+            raise InputError(f"--source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
+                             "pass the original Hugging Face checkpoint of this model as --source")
+        try:
+            fam = detect_family(target_config, {})
+            check_compatible(src_cat.config, target_config, src_family, fam or src_family)
+        except MtpforgeError as e:
+            raise InputError(f"--source {source} is not this model's original: {e.message}",
+                             "pass the original Hugging Face checkpoint of this model as --source") from None
+    src_loc = locate_head(src_cat, src_family)
     vals = read_entries(src_cat, {k: src_loc.entries[k] for k in keys if k in src_loc.entries})
     if is_raw_hf(src_cat):
         return vals
@@ -160,7 +175,8 @@ def _norm_convention(
     values = read_entries(cat, norm_entries)
 
     def exact(src: str) -> dict[str, str]:
-        refs = source_norms(src, source_revision if src == source else None, list(norm_entries))
+        refs = source_norms(src, source_revision if src == source else None, list(norm_entries),
+                            target_config=cat.config if src == source else None)
         return {k: normchk.classify_exact(v, refs[k]) if k in refs else "unknown" for k, v in values.items()}
 
     def answered(conv: str, how: str, verdicts: dict[str, str], evidence: dict[str, str] | None = None) -> Any:
@@ -172,6 +188,11 @@ def _norm_convention(
     if source:
         verdicts = exact(source)
         extra["norm_source"] = source
+        if verdicts and set(verdicts.values()) == {"unknown"}:
+            found.append(finding(
+                "SOURCE_MISMATCH", f"the head's norms match neither the raw nor the shifted values of {source}: "
+                "it is another model's source (same sizes), or the head was changed",
+                "pass this model's own original checkpoint as --source, or re-create the head from it with add-mtp --force"))
         return answered(normchk.aggregate(verdicts), "source", verdicts)
     if manifest and isinstance(manifest.get("tensors"), dict) and manifest.get("norm_convention"):
         recorded = manifest["tensors"]

@@ -77,6 +77,8 @@ def verify(
 
     prog.step(f"loading the MTP head of {folder}")
     hw = load_head_weights(folder)
+    # what --record will vouch for: the manifest and head as they were when loaded
+    loaded_manifest = _manifest_bytes(hw.folder) if record else None
     prog.step("loading the backbone with mlx-lm")
     bb = load_backbone(folder, hw.family)
     try:
@@ -97,6 +99,14 @@ def verify(
     from .decoder.sampling import Chooser
     from .decoder.stats import first_difference, summarize, tie_margin
 
+    from .decoder.loop import draft_once
+
+    _, first_logits = draft_once(bb, head, encoded[0])
+    import mlx.core as mx
+
+    if not bool(mx.all(mx.isfinite(first_logits)).item()):
+        # NaN logits still argmax to some token, and acceptance then measures nothing
+        report["problems"].append("the head's draft logits are not finite (NaN/Inf): its weights are damaged")
     variants = list(HIDDEN_VARIANTS) if hidden == "auto" else [hidden]
     plain_decode(bb, encoded[0], max_tokens=min(8, max_tokens), chooser=Chooser(temp, seed))  # warm-up
     prog.step(f"decoding {len(encoded)} prompt(s), {max_tokens} tokens each: plain, then MTP at depth {depth} "
@@ -158,8 +168,11 @@ def verify(
             f"badly (a wrong norm convention gives ~0%, a double shift about half)")
     report["ok"] = not report["problems"]
     report["exit_code"] = 0 if report["ok"] else 1
-    if record:
-        report["recorded"] = record_measurement(hw.folder, report)
+    if record and not report["ok"]:
+        report["recorded"] = None
+        report["notes"].append("the check failed: nothing recorded")
+    elif record:
+        report["recorded"] = record_measurement(hw.folder, report, expect=loaded_manifest)
         if report["recorded"] is None:
             report["notes"].append(f"no {MANIFEST} in {hw.folder} (head not written by mtpforge): nothing recorded")
     prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
@@ -205,7 +218,14 @@ def _draft_check(bb: Any, head: Any, prompt: list[int], report: dict[str, Any], 
     return report
 
 
-def record_measurement(head_folder: Path, report: dict[str, Any]) -> str | None:
+def _manifest_bytes(folder: Path) -> bytes | None:
+    try:
+        return (folder / MANIFEST).read_bytes()
+    except OSError:
+        return None
+
+
+def record_measurement(head_folder: Path, report: dict[str, Any], expect: bytes | None = None) -> str | None:
     """Write the measured hidden variant and acceptance into the manifest, atomically.
 
     A temp file beside the manifest and one ``os.replace``: a reader sees the old manifest or
@@ -213,14 +233,27 @@ def record_measurement(head_folder: Path, report: dict[str, Any]) -> str | None:
     whatever it pointed to is left untouched (never write through a symlink).
     Returns the manifest path, or None when there is no manifest.
     """
+    from .manifest import head_intact
+    from .writer.lock import folder_lock
+
+    with folder_lock(head_folder):  # add-mtp / remove-mtp cannot swap the folder meanwhile
+        return _record(head_folder, report, expect, head_intact)
+
+
+def _record(head_folder: Path, report: dict[str, Any], expect: bytes | None, head_intact: Any) -> str | None:
     path = head_folder / MANIFEST
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text("utf-8"))
+        raw = path.read_bytes()
+        manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
                            "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
+    if not isinstance(manifest, dict) or (expect is not None and raw != expect) or not head_intact(head_folder, manifest):
+        raise RefusedError(f"the MTP head in {head_folder} changed while verify ran (or no longer matches {MANIFEST}), "
+                           "so this measurement was not recorded",
+                           "run `mtpforge verify --generate --record` again on the head as it is now")
     manifest["verify"] = {
         "hidden_state": report["hidden"],
         "acceptance": round(report["acceptance"], 4),

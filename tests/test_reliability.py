@@ -257,3 +257,116 @@ def test_ctrl_c_around_the_swap_tells_the_truth_and_never_a_traceback(synth, mak
         outcomes["after" if done else "before"] += 1
         assert leftovers(tmp_path) == []
     assert outcomes["after"] >= 1, outcomes
+
+
+# ----------------------------------------------------------------------------- paths
+
+def test_hub_cache_snapshot_with_output_elsewhere_carries_the_files(synth, make_target, tmp_path):
+    """The combination the README recommends: the snapshot's relative links into blobs/ would
+    dangle in a new folder, so the files come along (hard links), and no blob changes."""
+    from tests.crash_harness import hub_cache
+    from mtpforge.inspect import inspect_checkpoint
+
+    snap = hub_cache(make_target("qwen3_5"), tmp_path / "models--t")
+    blobs = folder_state(tmp_path / "models--t" / "blobs")
+    snap_before = folder_state(snap)
+    out = tmp_path / "elsewhere" / "model"
+    out.parent.mkdir()
+    r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(snap), "--output", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert not any(p.is_symlink() and not p.exists() for p in out.rglob("*")), "a dangling link in the new folder"
+    assert [f for f in inspect_checkpoint(str(out))["findings"] if f["severity"] == "error"] == []
+    assert folder_state(tmp_path / "models--t" / "blobs") == blobs and folder_state(snap) == snap_before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_mount_point_as_target_is_one_line(synth, make_target, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(make_target("qwen3_5"), mnt, dirs_exist_ok=True)
+        before = folder_state(mnt)
+        one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(mnt)]), 1, "mount point")
+        assert folder_state(mnt) == before
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_folder_name_too_long_for_the_stage_is_one_line(synth, make_target, tmp_path):
+    tgt = tmp_path / ("m" * 240)
+    shutil.copytree(make_target("qwen3_5"), tgt)
+    before = tree_state(tmp_path)
+    one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)]), 2, "too long")
+    assert tree_state(tmp_path) == before
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="APFS refuses names that are not UTF-8")
+def test_non_utf8_names_work_and_print(synth, make_target, tmp_path):
+    root = os.fsencode(tmp_path)
+    src, tgt = root + b"/src-\xff", root + b"/model-\xfe"
+    shutil.copytree(synth.hf("qwen3_5"), os.fsdecode(src))
+    shutil.copytree(make_target("qwen3_5"), os.fsdecode(tgt))
+    env = cli_env()
+    for argv in (["add-mtp", "--source", os.fsdecode(src), "--target", os.fsdecode(tgt)], ["remove-mtp", os.fsdecode(tgt)]):
+        r = subprocess.run([sys.executable, "-m", "mtpforge", *argv], capture_output=True, env=env, timeout=120)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr[-1500:]
+
+
+# ----------------------------------------------------------------------------- messages that were false or unclear
+
+def test_verify_generate_fails_a_head_full_of_nan(synth, make_target):
+    from mtpforge.verify import verify
+
+    tgt = make_target("qwen3_5")
+    add_mtp(source=str(synth.hf("qwen3_5")), target=str(tgt), precision="bf16", progress=False)
+    rewrite(tgt / "model-mtp.safetensors", lambda t: {k: (mx.full(v.shape, float("nan"), v.dtype) if k.endswith("fc.weight") else v)
+                                                      for k, v in t.items()})
+    r = verify(str(tgt), generate=True, prompts=["Count: 1, 2, 3,"], max_tokens=6, hidden="post", progress=False)
+    assert r["ok"] is False and r["exit_code"] == 1
+    assert any("not finite" in p for p in r["problems"]), r["problems"]
+
+
+def test_verify_record_refuses_a_head_replaced_meanwhile(synth, make_target):
+    from mtpforge.errors import RefusedError
+    from mtpforge.verify import record_measurement, verify
+
+    tgt = make_target("qwen3_5")
+    src = str(synth.hf("qwen3_5"))
+    add_mtp(source=src, target=str(tgt), progress=False)
+    measured_manifest = (tgt / "mtpforge.json").read_bytes()
+    r = verify(str(tgt), generate=True, prompts=["Count: 1, 2, 3,"], max_tokens=6, hidden="post", progress=False)
+    add_mtp(source=src, target=str(tgt), precision="bf16", force=True, progress=False)  # replaced meanwhile
+    now = (tgt / "mtpforge.json").read_bytes()
+    with pytest.raises(RefusedError, match="changed while verify ran"):
+        record_measurement(tgt, r, expect=measured_manifest)
+    assert (tgt / "mtpforge.json").read_bytes() == now
+
+
+def test_inspect_source_of_another_model_says_so(synth, make_target):
+    from mtpforge.errors import InputError
+    from mtpforge.inspect import inspect_checkpoint
+
+    tgt = make_target("qwen3_5")
+    add_mtp(source=str(synth.hf("qwen3_5")), target=str(tgt), precision="bf16", progress=False)
+    rep = inspect_checkpoint(str(tgt), source=str(synth.hf("qwen3_5", seed=5)))
+    assert "SOURCE_MISMATCH" in {f["code"] for f in rep["findings"]}, rep["findings"]
+    with pytest.raises(InputError, match="not this model's original"):
+        inspect_checkpoint(str(tgt), source=str(synth.hf("qwen3_5_moe")))
+    assert "SOURCE_MISMATCH" not in {f["code"] for f in inspect_checkpoint(str(tgt), source=str(synth.hf("qwen3_5")))["findings"]}
+
+
+def test_a_target_defect_is_reported_as_the_targets_not_as_a_conversion_bug(synth, make_target, tmp_path):
+    """The staged check fails on the target's own defect (its index lists a tensor its shard
+    lacks): say so, and never "the converted head failed validation … report this"."""
+    tgt = make_target("qwen3_5")
+    idx = json.loads((tgt / "model.safetensors.index.json").read_text())
+    idx["weight_map"]["language_model.model.layers.0.ghost.weight"] = "model.safetensors"
+    (tgt / "model.safetensors.index.json").write_text(json.dumps(idx))
+    before = tree_state(tmp_path)
+    r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)])
+    assert tree_state(tmp_path) == before
+    line = one_line(r, 1, "")
+    assert "report this" not in line and "failed validation" not in line, line
+    assert "ghost" in line or "INDEX_INCONSISTENT" in line, line
