@@ -444,6 +444,8 @@ def _files_for(plan: Plan, dest: Path) -> list[str]:
 
 def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
     """A manifest that does not name the whole head would leave part of it behind: refused."""
+    if not stage.path("config.json").is_file():
+        return  # a drafter folder: undone whole
     cat = load_catalogue(LocalStore(stage.stage))
     family = detect_family(cat.config, cat.tensors)
     if family is not None and locate_head(cat, family).layout != "none":

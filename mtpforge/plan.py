@@ -250,6 +250,14 @@ def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any
                                "pass the original checkpoint of the same model size as --source")
 
 
+def _spec_ok(q: QSpec) -> bool:
+    try:
+        check_qspec(q)
+    except ValueError:
+        return False
+    return True
+
+
 def build_plan(
     *, family: str, src_config: Mapping[str, Any], tgt_config: Mapping[str, Any], entries: Mapping[str, TensorInfo],
     n_layers: int, layout: str, precision: str | int, keep_fc: bool, experts: str, default_q: QSpec | None,
@@ -270,6 +278,10 @@ def build_plan(
         try:
             check_qspec(base)
         except ValueError as e:
+            if prec == "match" or (default_q is not None and not _spec_ok(default_q)):
+                # the target's own quantization entry is what is wrong, not a flag the user passed
+                raise InputError(f"the target's config.json declares a quantization mtpforge cannot match: {e}",
+                                 "repair the quantization entry of config.json, or pass --precision bf16") from None
             raise InputError(f"--precision {precision}: {e}", "pick bits 2, 3, 4, 5, 6 or 8") from None
     if layout == "embedded" and out_fmt in ("per-expert", "fused") and base is not None:
         notes.append("MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form (--experts switch_mlp for runtimes that accept it)")

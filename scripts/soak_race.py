@@ -53,6 +53,7 @@ def race_once(name: str, source: Path, pristine: Path, with_head: Path, work: Pa
     p1 = subprocess.Popen([sys.executable, "-m", "mtpforge", *_argv(a, source, target, work / "out-a")],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(offset)
+    overlapped = p1.poll() is None  # the first was still running when the second started
     p2 = subprocess.Popen([sys.executable, "-m", "mtpforge", *_argv(b, source, target, work / "out-b")],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     errs = [p.communicate(timeout=300)[1] for p in (p1, p2)]
@@ -85,7 +86,8 @@ def race_once(name: str, source: Path, pristine: Path, with_head: Path, work: Pa
     if folder_state(target) != original:
         problems.append("the original folder could not be restored: its first state was lost")
     busy = sum("another mtpforge run" in e for e in errs)
-    return {"pair": name, "offset": round(offset, 3), "exits": rcs, "refused_busy": busy, "problems": problems}
+    return {"pair": name, "offset": round(offset, 3), "overlapped": overlapped, "exits": rcs, "refused_busy": busy,
+            "problems": problems}
 
 
 def run(n: int, seed: int, root: Path, log: bool = True) -> dict:
@@ -99,24 +101,28 @@ def run(n: int, seed: int, root: Path, log: bool = True) -> dict:
     with_head = root / "with-head"
     shutil.copytree(pristine, with_head)
     add_mtp(source=str(source), target=str(with_head), progress=False)
+    probe = root / "probe"
+    shutil.copytree(pristine, probe)
     t = time.monotonic()
-    assert run_cli(_argv(["add"], source, root / "with-head", root / "x")).returncode == 0  # "already present" run
-    clean = time.monotonic() - t
+    assert run_cli(_argv(["add"], source, probe, root / "x")).returncode == 0
+    clean = time.monotonic() - t  # one whole add-mtp run on this machine, now
+    shutil.rmtree(probe)
     rng = random.Random(seed)
     names = list(PAIRS)
     results = []
     for i in range(n):
         name = names[i % len(names)]
-        # most pairs overlap (the second starts while the first reads, fetches or stages)
-        offset = rng.uniform(0.0, 2.5 * clean)
+        # most pairs overlap: the second starts while the first starts up, reads, converts or stages
+        offset = rng.uniform(0.0, 1.2 * clean)
         res = race_once(name, source, pristine, with_head, root / "work" / str(i), offset)
         shutil.rmtree(root / "work" / str(i), ignore_errors=True)
         results.append(res)
         if log:
-            print(f"{i + 1:3d} {name:26s} +{res['offset'] * 1000:5.0f}ms exits={res['exits']} "
+            print(f"{i + 1:3d} {name:26s} +{res['offset'] * 1000:5.0f}ms {'overlap' if res['overlapped'] else 'after  '} exits={res['exits']} "
                   + ("ok" if not res["problems"] else f"DAMAGE: {res['problems']}"), flush=True)
     return {
         "pairs": n, "intact": sum(not r["problems"] for r in results),
+        "overlapped": sum(r["overlapped"] for r in results),
         "overlapping_refused_busy": sum(r["refused_busy"] > 0 for r in results),
         "by_pair": {p: sum(r["pair"] == p for r in results) for p in names},
         "seconds": round(time.monotonic() - t0, 1), "seed": seed, "results": results,
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         s = run(args.n, args.seed, root)
         Path(args.json).write_text(json.dumps(s, indent=2))
-        print(json.dumps({k: s[k] for k in ("pairs", "intact", "overlapping_refused_busy", "by_pair", "seconds")}, indent=2))
+        print(json.dumps({k: s[k] for k in ("pairs", "intact", "overlapped", "overlapping_refused_busy", "by_pair", "seconds")}, indent=2))
         print(f"{s['intact']}/{s['pairs']} racing pairs intact")
         return 0 if s["intact"] == s["pairs"] else 1
     finally:

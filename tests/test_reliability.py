@@ -370,3 +370,49 @@ def test_a_target_defect_is_reported_as_the_targets_not_as_a_conversion_bug(synt
     line = one_line(r, 1, "")
     assert "report this" not in line and "failed validation" not in line, line
     assert "ghost" in line or "INDEX_INCONSISTENT" in line, line
+
+
+# ----------------------------------------------------------------------------- full disks
+
+def test_efbig_is_one_line_and_nothing_changes(synth, make_target, tmp_path):
+    """A file larger than the filesystem allows (FAT32's 4 GiB, a quota, RLIMIT_FSIZE here)."""
+    import resource
+
+    tgt = make_target("qwen3_5")
+    before = tree_state(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)],
+                       capture_output=True, text=True, env=cli_env(), timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10)))
+    one_line(r, 1, "EFBIG")
+    assert tree_state(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_no_free_inodes_is_reported_as_a_full_disk(synth, make_target, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=1000", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        tgt = mnt / "model"
+        shutil.copytree(make_target("qwen3_5"), tgt)
+        st = os.statvfs(mnt)
+        used = st.f_files - st.f_ffree
+        # room for the staged folder itself, none for the files written into it
+        subprocess.run(["mount", "-o", f"remount,nr_inodes={used + 1}", str(mnt)], check=True)
+        before = folder_state(tgt)
+        line = one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)]), 1, "filled up")
+        assert "inodes" in line and "hard links" not in line, line
+        assert folder_state(tgt) == before and leftovers(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_root_keeps_the_owner_of_another_users_folder(synth, make_target):
+    tgt = make_target("qwen3_5")
+    for p in [tgt, *tgt.rglob("*")]:
+        os.lchown(p, 4243, 4243)
+    r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(tgt)])
+    assert r.returncode == 0, r.stderr
+    assert {(os.lstat(p).st_uid, os.lstat(p).st_gid) for p in [tgt, *tgt.rglob("*")]} == {(4243, 4243)}

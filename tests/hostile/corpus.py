@@ -486,6 +486,8 @@ CASES: list[Case] = [
     Case("target_quantization_bits_zero", json_edit("config.json", _q_entry(0))),
     Case("target_quantization_group_huge", json_edit("config.json", _q_entry({"bits": 4, "group_size": 10**12}))),
     Case("target_quantization_mode_list", json_edit("config.json", _q_entry({"bits": 4, "group_size": 64, "mode": [1]}))),
+    Case("target_quantization_group_unsupported", json_edit("config.json", _q_entry({"bits": 4, "group_size": 100})),
+         says="config.json"),
     Case("source_mtp_absurd_shape", header_edit(SOURCE_MTP_SHARD, _absurd_shape, in_src=True)),
     Case("target_absurd_shape", header_edit(TARGET_SHARD, _shape([2**40, 2**40]))),
     Case("source_fp8_scale_wrong_shape", header_edit(SOURCE_MTP_SHARD, _fp8_scale({"shape": [3, 5, 7]}), in_src=True)),
