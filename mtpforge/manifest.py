@@ -363,9 +363,13 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
                 raise _refuse(folder, f"its record of {rel} is not a JSON object")
         exact = after_sha == hashlib.sha256(current_bytes).hexdigest() if after_sha is not None else None
         if before_bytes is None:
-            # add-mtp created the index: it goes only as add-mtp wrote it
+            # add-mtp created the index: it goes only as add-mtp wrote it (no metadata, exactly
+            # the tensors of the folder's shards), and a record that also holds "how it looked"
+            # contradicts itself
             if not exact:
                 raise _refuse(folder, f"{rel} was created by add-mtp and changed since")
+            if "text" in before or "sha256" in before or "target" in before or not _generated_index(folder, current):
+                raise _refuse(folder, f"it says {rel} did not exist before, but that index is not one add-mtp creates")
             plan.remove.append(rel)
             continue
         bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth)]
@@ -407,6 +411,26 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
                       (" (the file was edited after add-mtp)" if exact is False or exact is None else ""))
     _check_index_after(folder, plan)
     return plan
+
+
+def _generated_index(folder: Path, idx: dict[str, Any]) -> bool:
+    """Whether ``idx`` is what add-mtp writes when a folder has no index: empty metadata and
+    every tensor of the folder's weight files, nothing else."""
+    from .checkpoint.safetensors_header import read_local_header
+
+    wm = idx.get("weight_map")
+    if idx.get("metadata") not in ({}, None) or not isinstance(wm, dict) or set(idx) - {"metadata", "weight_map"}:
+        return False
+    want: dict[str, str] = {}
+    for f in sorted({v for v in wm.values() if isinstance(v, str)}):
+        p = folder / f
+        if "/" in f or p.is_symlink() and not p.exists() or not p.is_file():
+            return False
+        try:
+            want.update({k: f for k in read_local_header(p, f).tensors})
+        except (MtpforgeError, OSError):
+            return False
+    return want == wm
 
 
 def _check_index_after(folder: Path, plan: UndoPlan) -> None:

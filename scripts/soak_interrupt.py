@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.crash_harness import SCENARIOS, kill_once, make_bench, plan_kills, summarize  # noqa: E402
 
 
-def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = False, log: bool = True) -> dict:
+def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = False, log: bool = True,
+        json_path: Path | None = None) -> dict:
     """The soak itself (the test suite runs a small seeded sample through here)."""
     from mtpforge.synth import build_hf_variant, convert_to_mlx
 
@@ -53,6 +54,10 @@ def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = F
             shutil.rmtree(work, ignore_errors=True)
             outcomes.append(o)
             delivered += o.killed
+            if json_path is not None:  # after every run: an interrupted soak still leaves its counts
+                partial = summarize(outcomes)
+                partial.update(seconds=round(time.monotonic() - t0, 1), seed=seed, complete=False)
+                json_path.write_text(json.dumps(partial, indent=2))
             if log:
                 at = f"{o.anchor}+{o.delay * 1000:.0f}ms" if o.anchor else f"t={o.delay * 1000:.0f}ms"
                 print(f"{len(outcomes):4d} {o.signal:7s} {bench.name:30s} {at:18s} {o.state:7s} {o.phase}"
@@ -61,6 +66,7 @@ def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = F
     s["seconds"] = round(time.monotonic() - t0, 1)
     s["seed"] = seed
     s["outcomes"] = [o.__dict__ for o in outcomes]
+    s["complete"] = True
     return s
 
 
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="mtpforge-soak-int-"))
     try:
-        s = run(args.n, args.seed, args.variants.split(","), root, check_load=args.load)
+        s = run(args.n, args.seed, args.variants.split(","), root, check_load=args.load, json_path=Path(args.json))
         Path(args.json).write_text(json.dumps(s, indent=2))
         print(json.dumps({k: s[k] for k in ("runs", "killed", "intact", "by_signal", "by_state", "by_phase", "seconds")}, indent=2))
         print(f"{s['intact']}/{s['runs']} runs intact; {s['killed']} interrupts delivered mid-run")
