@@ -26,7 +26,7 @@ import mlx.core as mx
 from . import __version__
 from .checkpoint.catalogue import load_catalogue
 from .checkpoint.store import LocalStore
-from .checkpoint.tensors import to_bytes, to_mx
+from .checkpoint.tensors import to_bytes
 from .checks.norm_behaviour import OFFSET_VERDICT, group_of, judge_norms
 from .checks.norm_sources import BEHAVIOUR_LAYOUTS
 from .errors import InputError, RefusedError

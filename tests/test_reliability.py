@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import mlx.core as mx
 import pytest
