@@ -45,6 +45,28 @@ def _open_source(source: str, revision: str | None) -> Store:
     return open_store(source, revision)
 
 
+def read_source(source: str, revision: str | None, model: str) -> tuple[Store, Catalogue, str]:
+    """Open a source and refuse what cannot be a head's origin: another family, damaged headers,
+    shards the index names but a local copy lacks, a converted (not raw) checkpoint. Shared by
+    every output format, so a source is judged the same way whatever is written from it."""
+    store = _open_source(source, revision)
+    local = isinstance(store, LocalStore)
+    cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
+    family = detect_family(cat.config, cat.tensors)
+    if family is None:
+        raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
+                           f"pass the original Hugging Face checkpoint of the {model}")
+    cat.refuse_damage("source")
+    gone = sorted({f for f in (cat.index or {}).values() if not store.exists(f)}) if local else []
+    if gone:
+        raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
+                           f"re-download {gone[0]} (or the whole source); an incomplete download cannot be trusted")
+    if not is_raw_hf(cat):
+        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
+                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
+    return store, cat, family
+
+
 def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     path = Path(target).expanduser()
     if not path.exists():
@@ -224,21 +246,8 @@ def _add_mtp(
 
     # the source: index and headers only
     prog.step(f"reading the source {source}")
-    sstore = _open_source(source, revision)
+    sstore, scat, sfamily = read_source(source, revision, "target model")
     local_source = isinstance(sstore, LocalStore)
-    scat = load_catalogue(sstore, all_safetensors=local_source, index_files=None if local_source else head_shards)
-    sfamily = detect_family(scat.config, scat.tensors)
-    if sfamily is None:
-        raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
-                           "pass the original Hugging Face checkpoint of the target model")
-    scat.refuse_damage("source")
-    gone = sorted({f for f in (scat.index or {}).values() if not sstore.exists(f)}) if isinstance(sstore, LocalStore) else []
-    if gone:
-        raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
-                           f"re-download {gone[0]} (or the whole source); an incomplete download cannot be trusted")
-    if not is_raw_hf(scat):
-        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
-                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
     check_compatible(scat.config, tcat.config, sfamily, family)
     sloc = locate_head(scat, sfamily)
     if sloc.layout != "hf" or not sloc.entries:

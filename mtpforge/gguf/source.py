@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..checkpoint.catalogue import INDEX_FILE, head_shards, load_catalogue
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.store import LocalStore, Store
 from ..errors import RefusedError
-from ..families.detect import detect_family
 from ..families.tables import declared_mtp_layers, dims, text_config
-from ..layouts.detect import is_raw_hf, locate_head
+from ..layouts.detect import locate_head
 from ..plan import validate_source_head
 from .gguffile import GgufFile
 from .names import ARCH
@@ -34,24 +32,9 @@ class SourceHead:
 
 
 def open_source_head(source: str, revision: str | None) -> SourceHead:
-    from ..pipeline import _open_source
+    from ..pipeline import read_source
 
-    store = _open_source(source, revision)
-    local = isinstance(store, LocalStore)
-    cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
-    family = detect_family(cat.config, cat.tensors)
-    if family is None:
-        raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
-                           "pass the original Hugging Face checkpoint of the trunk's model")
-    cat.refuse_damage("source")
-    if local:
-        gone = sorted({f for f in (cat.index or {}).values() if not store.exists(f)})
-        if gone:
-            raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
-                               f"re-download {gone[0]} (or the whole source)")
-    if not is_raw_hf(cat):
-        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
-                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
+    store, cat, family = read_source(source, revision, "trunk's model")
     loc = locate_head(cat, family)
     if loc.layout != "hf" or not loc.entries:
         raise RefusedError(f"source {source} has no MTP tensors (mtp.*)", "pass the original checkpoint, which ships the head")
