@@ -30,7 +30,7 @@ from benchmarks.common import child_env, environment, markdown_table, mtpforge_c
 from mtpforge.checks import norm_behaviour as nb  # noqa: E402
 from mtpforge.families.tables import NORM_SUFFIXES  # noqa: E402
 from mtpforge.pipeline import add_mtp  # noqa: E402
-from mtpforge.synth import convert_to_mlx  # noqa: E402
+from tests.support.synth import convert_to_mlx  # noqa: E402
 
 DATA = HERE.parent / "mtpforge" / "data"
 MODELS = {"dense": DATA / "tiny-qwen3_5", "moe": DATA / "tiny-qwen3_5_moe"}

@@ -21,8 +21,9 @@ from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
-from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
+from .layouts.table import DRAFTER_MODEL_TYPE, LAYOUTS, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob, placement
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
+from .options import AddOptions
 from .manifest import UntrustedManifest, build_manifest, edit_record, entry, file_sha, head_intact, plan_undo, apply_undo, read_manifest, undo
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
@@ -52,7 +53,7 @@ def read_source(source: str, revision: str | None, model: str) -> tuple[Store, C
     store = _open_source(source, revision)
     local = isinstance(store, LocalStore)
     cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
                            f"pass the original Hugging Face checkpoint of the {model}")
@@ -74,7 +75,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     store = LocalStore(path)
     cat = load_catalogue(store)
     cat.refuse_damage("target")
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {cat.config.get('model_type')!r})",
                          "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models")
@@ -196,36 +197,33 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
                            "pass --force to replace it, or --output DIR for a new drafter")
 
 
-def add_mtp(
-    *, source: str, target: str, layout: str | None = None, precision: str | int = "match",
-    keep_fc_full_precision: bool = False, experts: str = "auto", fetch: str = "auto",
-    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Add the source's MTP head to ``target`` (or to a new folder ``output``)."""
+def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
+    """Add the source's MTP head to ``target`` (or to a new folder ``output``).
+
+    Pass an :class:`AddOptions`, or its fields as keywords (``source=..., target=...``).
+    """
+    opts = options if options is not None else AddOptions.parse(**kw)
     from .gguf.addmtp import add_mtp_gguf, is_gguf_path
 
-    if is_gguf_path(target):  # a llama.cpp trunk: the GGUF output format
-        return add_mtp_gguf(source=source, target=target, layout=layout,
-                            precision=None if str(precision) == "match" else str(precision), fetch=fetch,
-                            revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
-    if fetch not in ("auto", "ranges", "shards"):
-        raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
-    parse_precision(precision)
-    args = dict(source=source, target=target, layout=layout, precision=precision, keep_fc_full_precision=keep_fc_full_precision,
-                experts=experts, fetch=fetch, revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
-    if dry_run:
-        return _add_mtp(**args)  # type: ignore[arg-type]
+    if is_gguf_path(opts.target):  # a llama.cpp trunk: the GGUF output format
+        return add_mtp_gguf(source=opts.source, target=opts.target, layout=opts.layout,
+                            precision=None if str(opts.precision) == "match" else str(opts.precision), fetch=opts.fetch,
+                            revision=opts.revision, output=opts.output, dry_run=opts.dry_run, force=opts.force,
+                            progress=progress)
+    parse_precision(opts.precision)
+    if opts.dry_run:
+        return _add_mtp(opts, progress)
     # held from the first read of the target to the commit: a run that read the folder before
     # another run's swap must not stage from it (the shared lock lets --output runs read together)
-    with folder_lock(Path(target).expanduser(), shared=output is not None and layout != "mlx-vlm-drafter"):
-        return _add_mtp(**args)  # type: ignore[arg-type]
+    drafter = opts.layout in LAYOUTS and LAYOUTS[opts.layout].separate_folder
+    with folder_lock(Path(opts.target).expanduser(), shared=opts.output is not None and not drafter):
+        return _add_mtp(opts, progress)
 
 
-def _add_mtp(
-    *, source: str, target: str, layout: str | None, precision: str | int, keep_fc_full_precision: bool,
-    experts: str, fetch: str, revision: str | None, output: str | None, dry_run: bool, force: bool, progress: bool,
-) -> dict[str, Any]:
+def _add_mtp(opts: AddOptions, progress: bool) -> dict[str, Any]:
+    source, target, layout, precision = opts.source, opts.target, opts.layout, opts.precision
+    keep_fc_full_precision, experts, fetch, revision = opts.keep_fc_full_precision, opts.experts, opts.fetch, opts.revision
+    output, dry_run, force = opts.output, opts.dry_run, opts.force
     if not dry_run:
         cleanup_leftovers(Path(target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(target)
@@ -238,7 +236,8 @@ def _add_mtp(
         if ro == rt or ro.startswith(rt.rstrip(os.sep) + os.sep):
             raise InputError(f"--output {output} is inside the target {target}",
                              "pass a folder outside the target (the new folder is a copy of it)")
-    if layout == "mlx-vlm-drafter" and out_path is None:
+    pl = placement(layout, family)
+    if pl.separate_folder and out_path is None:
         out_path = tpath.parent / f"{tpath.name}-mtp-drafter"
         _check_drafter_dest(out_path, force)
     dest = out_path or tpath
@@ -273,7 +272,7 @@ def _add_mtp(
         "revision": commit, "notes": list(plan.notes), "fetched_bytes": 0,
         "manifest": str(dest / MANIFEST),
     }
-    if layout in ("vllm-mlx",) and family == "qwen3_next":
+    if pl.breaks_mlx_lm:
         report["notes"].append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
     if dry_run:
         report.update(dry_run=True, status="planned", files_to_write=files, fetch_bytes=source_bytes(to_fetch),
@@ -285,7 +284,7 @@ def _add_mtp(
     # an existing head: identical -> nothing to do; other -> refuse unless --force. The head that
     # counts is the one in the folder the staged copy starts from: the target (in place, or
     # mirrored into --output), or an existing drafter folder (an empty one holds no head)
-    drafter = layout == "mlx-vlm-drafter"
+    drafter = pl.separate_folder
     existing_root = (dest if dest.is_dir() and any(dest.iterdir()) else None) if drafter else tpath
     manifest = read_manifest(existing_root) if existing_root else None
     dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
@@ -352,11 +351,11 @@ def _add_mtp(
             stage.write_bytes("config.json", dump_json(drafter_config(tcat.config, n_layers, dq)))
             added.append("config.json")
         else:
-            cfg = updated_config(base_cfg, family=family, layout=layout, n_layers=n_layers,
+            cfg = updated_config(base_cfg, pl, n_layers=n_layers,
                                  mtp_tensors=plan.mtp_tensors, quant_entries=quant_entries)
             stage.write_bytes("config.json", dump_json(cfg))
             written.add("config.json")
-            if layout in ("embedded",) or (layout == "vllm-mlx" and family == "qwen3_next"):
+            if pl.in_index:
                 idx_path = stage.path(INDEX_FILE)
                 idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
                 if idx is None:
@@ -366,7 +365,7 @@ def _add_mtp(
                                                          and f != plan.file for k in h.tensors}}
                 stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
                 written.add(INDEX_FILE)
-            if layout == "vllm-mlx" and family != "qwen3_next":
+            if pl.vllm_manifest:
                 src_name = source if not isinstance(sstore, LocalStore) else Path(source).name
                 stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
                     family=family, n_layers=n_layers, mtp_tensors=plan.mtp_tensors, expert_format=plan.expert_format,
@@ -405,7 +404,7 @@ def _add_mtp(
         stage.commit()
     report.update(
         status="written",
-        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if "embedded" == layout or (layout == "vllm-mlx" and family == "qwen3_next") else set()))],
+        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if pl.in_index else set()))],
         notes=report["notes"] + notes,
         # the staged check cannot see provenance (it ignores the manifest on purpose, to judge
         # the files alone), so "convention unknown" there only restates what add-mtp decided
@@ -437,15 +436,12 @@ def _refuse_validation(errors: list[dict[str, Any]], tpath: Path) -> None:
 
 
 def _files_for(plan: Plan, dest: Path) -> list[str]:
-    files = [plan.file, MANIFEST]
-    if plan.layout == "mlx-vlm-drafter":
-        files.append("config.json")
-    else:
-        files.append("config.json")
-        if plan.layout == "embedded" or (plan.layout == "vllm-mlx" and plan.family == "qwen3_next"):
-            files.append(INDEX_FILE)
-        if plan.layout == "vllm-mlx" and plan.family != "qwen3_next":
-            files.append(VLLM_MLX_MANIFEST)
+    pl = plan.placement
+    files = [plan.file, MANIFEST, "config.json"]
+    if pl.in_index and not pl.separate_folder:
+        files.append(INDEX_FILE)
+    if pl.vllm_manifest and not pl.separate_folder:
+        files.append(VLLM_MLX_MANIFEST)
     return [str(dest / f) for f in files]
 
 
@@ -456,7 +452,7 @@ def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
     if not stage.path("config.json").is_file():
         return  # a drafter folder: undone whole
     cat = load_catalogue(LocalStore(stage.stage))
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is not None and locate_head(cat, family).layout != "none":
         raise UntrustedManifest(f"{path / MANIFEST} does not account for the whole MTP head in {path.name}; nothing was changed",
                                 f"remove-mtp undoes only what add-mtp provably wrote; use add-mtp --force to replace the head, or delete {MANIFEST}")

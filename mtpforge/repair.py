@@ -84,7 +84,7 @@ def repair_norms(
     if not dry_run:
         cleanup_leftovers(folder)
     cat = load_catalogue(LocalStore(folder))
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint", "pass an MLX model folder")
     loc = locate_head(cat, family)

@@ -30,7 +30,7 @@ from tests.crash_harness import SCENARIOS, kill_once, make_bench, plan_kills, su
 def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = False, log: bool = True,
         json_path: Path | None = None) -> dict:
     """The soak itself (the test suite runs a small seeded sample through here)."""
-    from mtpforge.synth import build_hf_variant, convert_to_mlx
+    from tests.support.synth import build_hf_variant, convert_to_mlx
 
     t0 = time.monotonic()
     benches = []

@@ -93,7 +93,7 @@ def race_once(name: str, source: Path, pristine: Path, with_head: Path, work: Pa
 def run(n: int, seed: int, root: Path, log: bool = True) -> dict:
     """The soak itself (the test suite runs a small seeded sample through here)."""
     from mtpforge.pipeline import add_mtp
-    from mtpforge.synth import build_hf_variant, convert_to_mlx
+    from tests.support.synth import build_hf_variant, convert_to_mlx
 
     t0 = time.monotonic()
     source = build_hf_variant("qwen3_5", root / "hf")

@@ -121,7 +121,7 @@ MAX_TOKENS = 64
 
 def prompts() -> list[str]:
     """verify's 4 default prompts plus 20 held-out documents (a seed no training run used)."""
-    from mtpforge.synth.tokenizer import default_corpus
+    from tests.support.synth.tokenizer import default_corpus
     from mtpforge.verify import DEFAULT_PROMPTS
 
     docs = default_corpus(60, seed=424242)

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from mtpforge.inspect import inspect_checkpoint
-from mtpforge.synth import VARIANTS, convert_to_mlx
+from tests.support.synth import VARIANTS, convert_to_mlx
 
 from tests.checkers import codes, edit_json, rewrite
 

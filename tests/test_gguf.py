@@ -19,7 +19,7 @@ import pytest
 from mtpforge.gguf.gguffile import KV, read_local, tensor_array
 from mtpforge.gguf.names import block_of
 from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
-from mtpforge.synth import build_hf_variant
+from tests.support.synth import build_hf_variant
 from tests.gguf_env import MODELS, mtpforge, official, sha256, trunk_copy
 
 KINDS = ("dense", "moe")

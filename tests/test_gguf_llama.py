@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpforge.synth import build_hf_variant
+from tests.support.synth import build_hf_variant
 from mtpforge.verify import DEFAULT_PROMPTS
 from tests.gguf_env import BIN, CACHE, MODELS, graft, measure, mtpforge, need, official, sha256, trunk_copy
 

@@ -26,7 +26,7 @@ from mtpforge.inspect import inspect_checkpoint
 from mtpforge.pipeline import add_mtp
 from mtpforge.repair import repair_norms
 from mtpforge.errors import RefusedError
-from mtpforge.synth import convert_to_mlx
+from tests.support.synth import convert_to_mlx
 from mtpforge.verify import DEFAULT_PROMPTS, verify
 
 from tests.checkers import codes, folder_state, rewrite

@@ -17,6 +17,7 @@ import mlx.nn as nn
 from mlx.utils import tree_map
 
 from ..errors import RefusedError
+from ..families import FAMILIES
 
 HIDDEN_VARIANTS = ("pre", "post")
 
@@ -123,12 +124,14 @@ def _cast(model: nn.Module, dtype: mx.Dtype) -> None:
 def load_backbone(folder: str | Path, family: str) -> Backbone:
     """Load ``folder``'s backbone and tokenizer with mlx-lm, ready for drafting."""
     from mlx_lm.tokenizer_utils import load as load_tokenizer
-    from mlx_lm.utils import _get_classes, load_model
+    from mlx_lm.utils import load_model
 
     path = Path(folder)
+    spec = FAMILIES[family]
 
     def classes(config: dict[str, Any]) -> tuple[type, type]:
-        model_class, args_class = _get_classes(config)
+        # mlx-lm's public per-model modules (one file per model: Model, ModelArgs)
+        model_class, args_class = spec.mlx_lm_classes()
         return _without_mtp(model_class), args_class
 
     try:
@@ -137,10 +140,10 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
         raise RefusedError(f"mlx-lm cannot load the backbone of {path}: {e}",
                            f"run `mtpforge inspect {path}` to see what is wrong with the folder") from None
     tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
-    if family == "qwen3_next":
-        lm_module, inner = model, model.model
-    else:
-        lm_module, inner = model.language_model, model.language_model.model
+    lm_module = model
+    for attr in spec.lm_module_path:
+        lm_module = getattr(lm_module, attr)
+    inner = lm_module.model
     dtype = compute_dtype_for_device()
     if dtype is not None:
         _cast(model, dtype)

@@ -27,13 +27,10 @@ from mlx_lm.models.cache import KVCache
 
 def _layer_factory(family: str, args: Any) -> Any:
     """The backbone family's decoder layer class, built as a full-attention layer."""
-    if family == "qwen3_next":
-        from mlx_lm.models.qwen3_next import Qwen3NextDecoderLayer
+    from ..families import FAMILIES
 
-        return lambda: Qwen3NextDecoderLayer(args, layer_idx=args.full_attention_interval - 1)
-    from mlx_lm.models.qwen3_5 import DecoderLayer
-
-    return lambda: DecoderLayer(args, layer_idx=args.full_attention_interval - 1)
+    layer = FAMILIES[family].head_layer()
+    return lambda: layer(args, layer_idx=args.full_attention_interval - 1)
 
 
 class MTPHead(nn.Module):

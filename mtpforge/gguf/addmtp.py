@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError, RefusedError
+from ..layouts.table import GGUF_LAYOUT_NAMES
 from ..progress import Progress
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
@@ -32,7 +33,7 @@ from .names import FAMILY_OF_ARCH, SHARED_TENSORS
 from .source import SourceHead, check_trunk_matches, open_source_head
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
 
-GGUF_LAYOUTS = ("gguf-mtp", "gguf-tail")
+GGUF_LAYOUTS = GGUF_LAYOUT_NAMES
 MANIFEST_SUFFIX = ".mtpforge.json"
 MANIFEST_VERSION = 1
 

@@ -71,7 +71,7 @@ class Models:
     def source(self, family: str) -> Path:
         if family not in self.sources:
             if family == "next":
-                from mtpforge.synth import build_hf_variant
+                from tests.support.synth import build_hf_variant
 
                 self.sources[family] = build_hf_variant("qwen3_next", self.root / "hf-qwen3_next")
             else:
@@ -85,7 +85,7 @@ class Models:
 
     def target(self, family: str) -> Path:
         if family not in self.targets:
-            from mtpforge.synth import convert_to_mlx
+            from tests.support.synth import convert_to_mlx
 
             self.targets[family] = convert_to_mlx(self.source(family), self.root / f"mlx-{family}-4bit")
         return self.targets[family]
