@@ -7,11 +7,13 @@ result, and turns an ``MtpforgeError`` into one line and an exit code. Traceback
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from typing import Any, Callable, List, Optional
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
@@ -95,34 +97,53 @@ def inspect_cmd(
     )
 
 
-@app.command("add-mtp")
-def add_mtp_cmd(
-    source: str = typer.Option(..., "--source", help="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B)."),
-    target: str = typer.Option(..., "--target", help="MLX model folder to add the head to."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="embedded | sidecar | vllm-mlx | mlx-vlm-drafter (default: per family)."),
-    precision: str = typer.Option("match", "--precision", help="match | bf16 | float16 | BITS"),
-    keep_fc_full_precision: bool = typer.Option(False, "--keep-fc-full-precision", help="Keep mtp.fc unquantized."),
-    experts: str = typer.Option("auto", "--experts", help="auto | source | switch_mlp (MoE only)."),
-    fetch: str = typer.Option("auto", "--fetch", help="auto | ranges | shards"),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Source revision (branch, tag or commit)."),
-    output: Optional[str] = typer.Option(None, "--output", help="Write a new folder instead of changing TARGET."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing, download no tensor data."),
-    force: bool = typer.Option(False, "--force", help="Replace an MTP head already present."),
-    as_json: bool = JsonOpt,
-    debug: bool = DebugOpt,
-) -> None:
+def _option_params(model: type[BaseModel]) -> list[inspect.Parameter]:
+    """typer parameters for every field of an options model: ``--field-name``, its default,
+    its choices in ``--help``. Validation stays with the model (one clear line, JSON error)."""
+    from .options import choices
+
+    params = []
+    fields = sorted(model.model_fields.items(), key=lambda nf: not nf[1].is_required())
+    for name, f in fields:
+        flag = "--" + name.replace("_", "-")
+        if f.annotation is bool:
+            opt, ann = typer.Option(False, flag, help=f.description), bool
+        else:
+            default = ... if f.is_required() else (None if f.default is None else str(f.default))
+            vals = choices(name)
+            opt = typer.Option(default, flag, help=f.description, metavar="|".join(vals) if vals else None)
+            ann = Optional[str] if default is None else str
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
+    return params
+
+
+def _add_mtp_cmd(*, as_json: bool = False, debug: bool = False, **kw: Any) -> None:
     """Fetch the source's MTP head, transform it for the runtime, and write it atomically."""
+    from .options import AddOptions
     from .pipeline import add_mtp
     from .render import render_add
 
-    run_command(
-        lambda: add_mtp(
-            source=source, target=target, layout=layout, precision=precision,
-            keep_fc_full_precision=keep_fc_full_precision, experts=experts, fetch=fetch,
-            revision=revision, output=output, dry_run=dry_run, force=force, progress=True,
-        ),
-        as_json=as_json, debug=debug, render=render_add,
-    )
+    run_command(lambda: add_mtp(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=True),
+                as_json=as_json, debug=debug, render=render_add)
+
+
+def _with_options(fn: Callable[..., None], model: type[BaseModel]) -> Callable[..., None]:
+    params = _option_params(model) + [
+        inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=JsonOpt, annotation=bool),
+        inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, default=DebugOpt, annotation=bool),
+    ]
+    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+def _register_add_mtp() -> None:
+    from .options import AddOptions
+
+    app.command("add-mtp")(_with_options(_add_mtp_cmd, AddOptions))
+
+
+_register_add_mtp()
 
 
 @app.command("remove-mtp")

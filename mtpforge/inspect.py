@@ -22,31 +22,15 @@ from .checkpoint.tensors import to_mx
 from .checks import norms as normchk
 from .errors import InputError
 from .families.detect import detect_family
-from .families.tables import FAMILIES, declared_mtp_layers, expected_head, expert_format_of, is_moe, is_norm_key
+from .families import FAMILIES
+from .families.tables import declared_mtp_layers, expected_head, expert_format_of, is_moe, is_norm_key
 from .findings import ERROR, INFO, WARNING, Finding, finding
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head, read_entries
 from .layouts.quant import expected_precision, quant_defaults, stored_precision
-from .layouts.table import MANIFEST, RUNTIMES, SIDECAR_FILE, loads_in_mlx_lm_glob, runtime_module_path
+from .layouts.table import LAYOUTS, MANIFEST, SIDECAR_FILE, loads_in_mlx_lm_glob, runtime_module_path
 from .manifest import read_manifest_hint
+from .runtimes import RUNTIMES
 
-#: expert formats each runtime loads for an MoE head (SPEC §5)
-RUNTIME_EXPERTS: dict[str, tuple[str, ...]] = {
-    "mlx-lm-mtp": ("per-expert", "fused"),
-    "mtplx": ("switch_mlp",),
-    "mlx-vlm": ("switch_mlp",),
-    "exo": ("switch_mlp", "per-expert", "fused"),
-}
-#: the runtime that reads each layout, for compatibility warnings without --runtime
-LAYOUT_RUNTIME = {"embedded": "mlx-lm-mtp", "sidecar": "mtplx", "vllm-mlx": "vllm-mlx", "mlx-vlm-drafter": "mlx-vlm"}
-#: layouts each runtime reads
-RUNTIME_LAYOUTS: dict[str, tuple[str, ...]] = {
-    "mlx-lm-mtp": ("embedded",),
-    "vllm-mlx": ("vllm-mlx",),
-    "exo": ("sidecar", "embedded", "vllm-mlx"),
-    "mtplx": ("sidecar",),
-    "mlx-vlm": ("mlx-vlm-drafter",),
-}
-LEGACY_MLX_LM = ((0, 30, 7), (0, 31, 3))
 #: backbone norms of one kind read for the conservative norm-convention comparison
 BACKBONE_REFS_PER_KIND = 8
 
@@ -149,7 +133,7 @@ def _norm_convention(
         src_store = open_target_store(source, source_revision)
         src_cat = load_catalogue(src_store, all_safetensors=False,
                                  index_files=None if isinstance(src_store, LocalStore) else head_shards)
-        src_loc = locate_head(src_cat, detect_family(src_cat.config, src_cat.tensors))
+        src_loc = locate_head(src_cat, detect_family(src_cat.config))
         wanted = {k: src_loc.entries[k] for k in norm_entries if k in src_loc.entries}
         src_vals = read_entries(src_cat, wanted)
         src_raw = is_raw_hf(src_cat)
@@ -251,7 +235,7 @@ def inspect_checkpoint(
         findings.append(finding("CORRUPT_FILE", why, f"re-download {f} (it is damaged or truncated)"))
     findings += _check_index(cat)
 
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise InputError(
             f"{store.name} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint (model_type {cat.config.get('model_type')!r})",
@@ -418,7 +402,8 @@ def inspect_checkpoint(
             ))
     in_glob = [f for f in loc.files if loads_in_mlx_lm_glob(f)]
     if in_glob and loc.layout != "hf":
-        if family == "qwen3_next":
+        mlx_lm = RUNTIMES["mlx-lm"]
+        if family in mlx_lm.rejects_head_in_glob:
             findings.append(finding(
                 "MLX_LM_LOAD_BREAKS",
                 f"MTP keys in {in_glob[0]}: released mlx-lm loads Qwen3-Next strictly and fails (\"parameters not in model\")",
@@ -426,19 +411,19 @@ def inspect_checkpoint(
                 severity=ERROR if runtime == "mlx-lm" else WARNING,
             ))
         v = mlx_lm_version or _mlx_lm_version()
-        if v and LEGACY_MLX_LM[0] <= _version_tuple(v) <= LEGACY_MLX_LM[1]:
+        legacy = mlx_lm.double_shift_versions
+        if v and legacy and legacy[0] <= _version_tuple(v) <= legacy[1]:
             findings.append(finding(
                 "LEGACY_LOADER_DOUBLE_SHIFT",
                 f"mlx-lm {v} adds +1 to every backbone norm when mtp. keys reach sanitize: this folder's backbone would be corrupted",
                 "upgrade mlx-lm to 0.32 or newer (pip install -U mlx-lm), or use the sidecar layout",
             ))
     if fmt != "none":
-        check_rt = runtime or LAYOUT_RUNTIME.get(loc.layout)
-        allowed = RUNTIME_EXPERTS.get(check_rt or "")
-        if check_rt == "vllm-mlx":
-            allowed = ("switch_mlp",) if family == "qwen3_next" else ("per-expert", "fused")
+        check_rt = runtime or (LAYOUTS[loc.layout].runtime if loc.layout in LAYOUTS else None)
+        row = RUNTIMES[check_rt] if check_rt else None
+        allowed = row.experts_for(family) if row else None
         quant_experts = any(p.get("quantized") for m, p in precisions.items() if ".experts." in m)
-        bad = allowed is not None and (fmt not in allowed or (check_rt == "mlx-lm-mtp" and quant_experts))
+        bad = row is not None and allowed is not None and (fmt not in allowed or (not row.quantized_experts and quant_experts))
         if bad:
             findings.append(finding(
                 "EXPERT_LAYOUT_INCOMPATIBLE",
@@ -446,10 +431,11 @@ def inspect_checkpoint(
                 f"re-write the head for it: mtpforge add-mtp --experts {'source' if 'switch_mlp' not in (allowed or ()) else 'switch_mlp'} --force",
                 severity=ERROR if runtime else WARNING,
             ))
-    if runtime and runtime in RUNTIME_LAYOUTS and loc.layout not in RUNTIME_LAYOUTS[runtime] and loc.layout != "hf":
+    reads = RUNTIMES[runtime].layouts if runtime else ()
+    if reads and loc.layout not in reads and loc.layout != "hf":
         findings.append(finding(
-            "LAYOUT_NOT_READ_BY_RUNTIME", f"{runtime} reads the {' / '.join(RUNTIME_LAYOUTS[runtime])} layout; this head is {loc.layout}",
-            f"mtpforge add-mtp --layout {RUNTIME_LAYOUTS[runtime][0]} --force",
+            "LAYOUT_NOT_READ_BY_RUNTIME", f"{runtime} reads the {' / '.join(reads)} layout; this head is {loc.layout}",
+            f"mtpforge add-mtp --layout {reads[0]} --force",
         ))
     if data_checks and isinstance(store, LocalStore):
         findings += _data_checks(store, loc)

@@ -21,6 +21,7 @@ from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
 from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
+from .options import AddOptions
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
 from .manifest import build_manifest, entry, head_intact, read_manifest, undo
 from .passes.quantize import QSpec
@@ -50,7 +51,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     store = LocalStore(path)
     cat = load_catalogue(store)
     cat.refuse_damage("target")
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {cat.config.get('model_type')!r})",
                          "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models")
@@ -145,16 +146,15 @@ def _strip_foreign_head(stage: StagedFolder, cat: Catalogue, loc: HeadLocation) 
 
 # ----------------------------------------------------------------------------- add
 
-def add_mtp(
-    *, source: str, target: str, layout: str | None = None, precision: str | int = "match",
-    keep_fc_full_precision: bool = False, experts: str = "auto", fetch: str = "auto",
-    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Add the source's MTP head to ``target`` (or to a new folder ``output``)."""
-    if fetch not in ("auto", "ranges", "shards"):
-        raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
-    parse_precision(precision)
+def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
+    """Add the source's MTP head to ``target`` (or to a new folder ``output``).
+
+    Pass an :class:`AddOptions`, or its fields as keywords (``source=..., target=...``).
+    """
+    opts = options if options is not None else AddOptions.parse(**kw)
+    source, target, layout, precision = opts.source, opts.target, opts.layout, opts.precision
+    keep_fc_full_precision, experts, fetch, revision = opts.keep_fc_full_precision, opts.experts, opts.fetch, opts.revision
+    output, dry_run, force = opts.output, opts.dry_run, opts.force
     if not dry_run:
         cleanup_leftovers(Path(target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(target)
@@ -172,7 +172,7 @@ def add_mtp(
     sstore = _open_source(source, revision)
     local_source = isinstance(sstore, LocalStore)
     scat = load_catalogue(sstore, all_safetensors=local_source, index_files=None if local_source else head_shards)
-    sfamily = detect_family(scat.config, scat.tensors)
+    sfamily = detect_family(scat.config)
     if sfamily is None:
         raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
                            "pass the original Hugging Face checkpoint of the target model")

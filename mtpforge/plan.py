@@ -12,15 +12,16 @@ from typing import Any, Mapping
 
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import InputError, RefusedError
-from .families.tables import FAMILIES, dims, expected_head, expert_format_of, is_moe, is_norm_key
-from .layouts.table import LAYOUT_NAMES, placement, runtime_module_path
+from .families import FAMILIES
+from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .layouts.table import LAYOUT_NAMES, LAYOUTS, placement, runtime_module_path
 from .passes.experts import parse_expert_key, switch_key
-from .passes.quantize import QSpec, check_qspec, quantizable, quantized_shapes
+from .passes.quantize import QSpec, check_qspec, quantized_shapes
+from .runtimes import RUNTIMES, QuantAsk
 from .writer.safetensors_stream import TensorSpec
 
 #: source dtypes that pass through a cast unchanged in meaning
 FLOAT_SOURCE_DTYPES = ("BF16", "F16", "F32")
-ROUTER_Q = QSpec(8, 64, "affine")
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def resolve_layout(layout: str | None, family: str) -> str:
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
     if layout not in fam.layouts:
-        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if family == "qwen3_next" else "embedded"
+        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else fam.default_layout
         raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
     return layout
 
@@ -127,9 +128,8 @@ def resolve_experts(experts: str, layout: str, family: str, source_fmt: str) -> 
         return source_fmt
     if experts == "switch_mlp":
         return "switch_mlp"
-    if layout == "embedded" or (layout == "vllm-mlx" and family != "qwen3_next"):
-        return source_fmt
-    return "switch_mlp"
+    loads = RUNTIMES[LAYOUTS[layout].runtime].experts_for(family) or ()
+    return source_fmt if source_fmt in loads else "switch_mlp"
 
 
 def parse_precision(precision: str | int) -> str | int:
@@ -145,40 +145,6 @@ def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
     tc = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else target_config
     dt = str(tc.get("torch_dtype") or tc.get("dtype") or target_config.get("torch_dtype") or "bfloat16")
     return "float16" if "float16" == dt else "bfloat16"
-
-
-def module_qspec(
-    bare: str, shape: tuple[int, ...], *, base: QSpec | None, layout: str, family: str, out_fmt: str,
-    keep_fc: bool, default_q: QSpec | None, notes: list[str],
-) -> QSpec | None:
-    """Decide one module's precision. Layout rules win where a runtime could not load the result."""
-    if len(shape) < 2 or is_norm_key(bare + ".weight"):
-        return None
-    is_router = bare.endswith("mlp.gate") or bare.endswith("shared_expert_gate")
-    is_expert = ".experts" in bare or ".switch_mlp." in bare
-    if layout == "vllm-mlx" and family == "qwen3_next":
-        # its runtime quantizes every linear but fc itself; a float head breaks its first forward
-        if bare == "fc" or default_q is None:
-            return None
-        q = ROUTER_Q if is_router else default_q
-        return q if quantizable(shape, q) else None
-    if base is None:
-        return None
-    if bare == "fc" and keep_fc:
-        return None
-    if is_expert and out_fmt in ("per-expert", "fused"):
-        return None  # mlx-lm #990 loads only unquantized experts in the source layout
-    q = base
-    if is_router:
-        if layout == "vllm-mlx":
-            return None  # its Qwen3.5 path dequantizes every triplet with the default bits
-        q = ROUTER_Q
-    if layout == "vllm-mlx" and default_q is not None and q != default_q:
-        q = default_q
-    if not quantizable(shape, q):
-        notes.append(f"{bare} kept unquantized: last dimension {shape[-1]} is not divisible by group size {q.group_size}")
-        return None
-    return q
 
 
 def source_expert_slices(
@@ -271,10 +237,12 @@ def build_plan(
             check_qspec(base)
         except ValueError as e:
             raise InputError(f"--precision {precision}: {e}", "pick bits 2, 3, 4, 5, 6 or 8") from None
-    if layout == "embedded" and out_fmt in ("per-expert", "fused") and base is not None:
-        notes.append("MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form (--experts switch_mlp for runtimes that accept it)")
-    if layout == "vllm-mlx" and family == "qwen3_next" and prec in ("bf16", "float16") and default_q is not None:
-        notes.append("vllm-mlx quantizes every Qwen3-Next head linear except fc at the model's bits: written so, whatever --precision says")
+    rule = RUNTIMES[LAYOUTS[layout].runtime].quant_for(family)
+    if rule.source_experts_note and out_fmt in ("per-expert", "fused") and base is not None:
+        notes.append(rule.source_experts_note)
+    if rule.float_request_note and prec in ("bf16", "float16") and default_q is not None:
+        notes.append(rule.float_request_note)
+    ask = QuantAsk(family, base, default_q, out_fmt, keep_fc, notes)
 
     modules: list[OutModule] = []
     E = dims(src_config)["E"]
@@ -293,8 +261,7 @@ def build_plan(
                 sl = source_expert_slices("", proj, mlp, src_fmt, entries, E)
                 shape = (E,) + sl[0].shape
                 mod = switch_key(mlp, proj)[: -len(".weight")]
-                q = module_qspec(mod, shape, base=base, layout=layout, family=family, out_fmt=out_fmt,
-                                 keep_fc=keep_fc, default_q=default_q, notes=notes)
+                q = rule.predicate(mod, shape, ask)
                 modules.append(OutModule(mod, True, shape, q, float_dtype, False, sl))
             continue
         has_w = bare.endswith(".weight")
@@ -304,8 +271,7 @@ def build_plan(
             sl = [SliceRef(bare, e * per, (e + 1) * per, info.shape[1:]) for e in range(info.shape[0])]
         else:
             sl = [SliceRef(bare, 0, info.nbytes, info.shape)]
-        q = module_qspec(mod, info.shape, base=base, layout=layout, family=family, out_fmt=out_fmt,
-                         keep_fc=keep_fc, default_q=default_q, notes=notes)
+        q = rule.predicate(mod, info.shape, ask)
         modules.append(OutModule(mod, has_w, info.shape, q, float_dtype, is_norm_key(bare), sl))
     pl = placement(layout, family)
     return Plan(family, layout, out_fmt, src_fmt, n_layers, float_dtype, default_q, modules, pl.prefix, pl.file, notes)

@@ -22,16 +22,13 @@ from pydantic_core import PydanticCustomError
 
 from .errors import InputError, MtpforgeError
 from .findings import CODES, WARNING
-from .passes.quantize import AFFINE_BITS
+from .options import AddOptions, HeadOptions
+from .runtimes import RUNTIME_NAMES
 
 SCHEMA_URL = "https://json-schema.org/draft/2020-12/schema"
 FIX = "edit the recipe; `mtpforge schema` lists every key and its type"
 
-Layout = Literal["embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"]
-Runtime = Literal["mlx-lm", "mlx-lm-mtp", "vllm-mlx", "exo", "mtplx", "mlx-vlm"]
-#: affine bits mx.quantize accepts (7 is rejected), as in passes/quantize.py
-Bits = Literal[2, 3, 4, 5, 6, 8]
-Precision = Union[Literal["match", "bf16", "float16"], Bits]
+Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 
 
 def _nonblank(text: str) -> str:
@@ -105,49 +102,30 @@ class Checks(_Strict):
     verify: Optional[VerifyCheck] = Field(None, description="Decode with the head and check identity and acceptance (off unless given).")
 
 
-class Recipe(_Strict):
-    """One add-mtp run and the checks that prove it, as CI runs it."""
+class Recipe(HeadOptions, _Strict):
+    """One add-mtp run and the checks that prove it, as CI runs it. The head's options are
+    add-mtp's own (:class:`~mtpforge.options.HeadOptions`)."""
 
     version: Literal[1] = Field(1, description="Recipe format version.")
     source: str = Field(..., min_length=1, description="The original checkpoint: a Hugging Face repo id (Qwen/Qwen3.5-27B) or a folder (./path, relative to the recipe).")
-    revision: Optional[str] = Field(None, min_length=1, description="Source revision (branch, tag or commit sha) for a repo id; pin a sha for reproducible CI.")
     target: str = Field(..., min_length=1, description="The MLX model folder (relative to the recipe) that gets the head.")
     output: Optional[str] = Field(None, min_length=1, description="Write a new folder instead of changing target (for mlx-vlm-drafter: the drafter folder, default <target>-mtp-drafter).")
-    layout: Optional[Layout] = Field(None, description="Where the head goes; default: embedded for Qwen3.5/3.6, sidecar for Qwen3-Next.")
-    precision: Precision = Field("match", description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8).")
-    keep_fc_full_precision: bool = Field(False, description="Keep mtp.fc unquantized.")
-    experts: Literal["auto", "source", "switch_mlp"] = Field("auto", description="MoE expert format; auto picks what the layout's runtime loads.")
-    fetch: Literal["auto", "ranges", "shards"] = Field("auto", description="ranges: only the head's bytes; shards: whole shards that hold it.")
-    force: bool = Field(False, description="Replace an MTP head already present.")
     checks: Checks = Field(default_factory=Checks, description="Checks run after add-mtp; a failed check exits 1.")
-
-    @field_validator("precision", mode="before")
-    @classmethod
-    def _precision(cls, v: Any) -> Any:
-        aliases = {"bfloat16": "bf16", "fp16": "float16", "float16": "float16", "bf16": "bf16", "match": "match"}
-        if isinstance(v, str) and v.strip().lower() in aliases:
-            return aliases[v.strip().lower()]
-        if isinstance(v, str) and v.strip().isdigit():
-            v = int(v.strip())
-        if isinstance(v, int) and not isinstance(v, bool) and v in AFFINE_BITS:
-            return v
-        raise PydanticCustomError(
-            "precision", "must be match, bf16, float16 or bits 2, 3, 4, 5, 6 or 8 (affine; 7 is not supported by MLX), not "
-            + repr(v).replace("{", "(").replace("}", ")"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         # the runtime tables inspect reports from (SPEC §5), so a recipe cannot ask for a pairing
         # that inspect would then fail
-        from .inspect import RUNTIME_EXPERTS, RUNTIME_LAYOUTS
+        from .runtimes import RUNTIMES
 
         inspect, verify = self.checks.inspect, self.checks.verify
         runtime = inspect.runtime if inspect else None
-        reads = RUNTIME_LAYOUTS.get(runtime or "")
+        row = RUNTIMES[runtime] if runtime else None
+        reads = row.layouts if row else ()
         if reads and self.layout is not None and self.layout not in reads:
             raise _conflict("checks.inspect.runtime", f"{runtime} reads its head from the {' / '.join(reads)} layout, "
                             f"but the recipe writes {self.layout}; set layout: {reads[0]} or pick the runtime that reads {self.layout}")
-        loads = RUNTIME_EXPERTS.get(runtime or "")
+        loads = row.expert_formats if row else None
         if loads and self.experts != "auto":
             wanted = ("per-expert", "fused") if self.experts == "source" else ("switch_mlp",)
             if not set(wanted) & set(loads):
@@ -400,7 +378,7 @@ def load_recipe(path: str | os.PathLike[str]) -> LoadedRecipe:
     if local and (Path(source) / "config.json").is_file():
         family = _local_family(Path(source))
         if family is not None and recipe.layout is not None:
-            from .families.tables import FAMILIES
+            from .families import FAMILIES
 
             if recipe.layout not in FAMILIES[family].layouts:
                 raise problem(("layout",), f"the {recipe.layout} layout does not apply to {family} (the source's family)",
@@ -475,11 +453,11 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
 
     prog = Progress(enabled=progress)
     prog.step(f"recipe {path}: add-mtp from {loaded.source} into {loaded.output or loaded.target}")
-    added = add_mtp(
-        source=loaded.source, target=str(loaded.target), layout=r.layout, precision=r.precision,
-        keep_fc_full_precision=r.keep_fc_full_precision, experts=r.experts, fetch=r.fetch, revision=r.revision,
-        output=str(loaded.output) if loaded.output else None, dry_run=dry_run, force=r.force, progress=progress,
-    )
+    # every head option passes through as is: a new HeadOptions field needs no change here
+    head = r.model_dump(include=set(HeadOptions.model_fields))
+    added = add_mtp(AddOptions(**head, source=loaded.source, target=str(loaded.target),
+                               output=str(loaded.output) if loaded.output else None, dry_run=dry_run),
+                    progress=progress)
     added.pop("exit_code", None)
     report = {**_summary(loaded, "dry-run" if dry_run else "run"), "layout": added.get("layout")}
     steps: dict[str, Any] = {"add_mtp": added}

@@ -10,7 +10,10 @@ from mtpforge.passes.experts import from_switch_mlp, split_gate_up, to_switch_ml
 from mtpforge.passes.fp8 import dequantize_block_fp8
 from mtpforge.passes.norms import shift_norms
 from mtpforge.passes.quantize import QSpec, dequantize, quantizable, quantize
-from mtpforge.plan import ROUTER_Q, module_qspec, resolve_experts
+from mtpforge.layouts.table import LAYOUTS
+from mtpforge.plan import resolve_experts
+from mtpforge.runtimes import RUNTIMES, QuantAsk
+from mtpforge.runtimes.quant import ROUTER_Q
 
 CFG = {"model_type": "qwen3_5_moe", "text_config": {
     "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "num_key_value_heads": 1,
@@ -69,24 +72,30 @@ def test_quantize_per_expert_equals_whole_stack():
     assert mx.max(err).item() < 0.5
 
 
+def _qspec(bare, shape, *, layout, family, base, out_fmt, keep_fc, default_q, notes):
+    """One module's precision as add-mtp decides it: the predicate of the layout's runtime row."""
+    rule = RUNTIMES[LAYOUTS[layout].runtime].quant_for(family)
+    return rule.predicate(bare, shape, QuantAsk(family, base, default_q, out_fmt, keep_fc, notes))
+
+
 def test_quantization_policy():
     notes: list[str] = []
     d = QSpec(4, 64)
     kw = dict(base=d, layout="sidecar", family="qwen3_5_moe", out_fmt="switch_mlp", keep_fc=False, default_q=d, notes=notes)
-    assert module_qspec("layers.0.mlp.gate", (4, 64), **kw) == ROUTER_Q
-    assert module_qspec("layers.0.mlp.shared_expert_gate", (1, 64), **kw) == ROUTER_Q
-    assert module_qspec("layers.0.input_layernorm", (64,), **kw) is None
-    assert module_qspec("fc", (64, 128), **kw) == d
-    assert module_qspec("fc", (64, 128), **{**kw, "keep_fc": True}) is None
-    assert module_qspec("layers.0.self_attn.o_proj", (64, 100), **kw) is None and notes
+    assert _qspec("layers.0.mlp.gate", (4, 64), **kw) == ROUTER_Q
+    assert _qspec("layers.0.mlp.shared_expert_gate", (1, 64), **kw) == ROUTER_Q
+    assert _qspec("layers.0.input_layernorm", (64,), **kw) is None
+    assert _qspec("fc", (64, 128), **kw) == d
+    assert _qspec("fc", (64, 128), **{**kw, "keep_fc": True}) is None
+    assert _qspec("layers.0.self_attn.o_proj", (64, 100), **kw) is None and notes
     emb = {**kw, "layout": "embedded", "out_fmt": "per-expert"}
-    assert module_qspec("layers.0.mlp.experts.3.up_proj", (64, 64), **emb) is None
+    assert _qspec("layers.0.mlp.experts.3.up_proj", (64, 64), **emb) is None
     vq = {**kw, "layout": "vllm-mlx", "family": "qwen3_next", "base": None}
-    assert module_qspec("fc", (64, 128), **vq) is None
-    assert module_qspec("layers.0.self_attn.q_proj", (128, 64), **vq) == d
-    assert module_qspec("layers.0.mlp.gate", (4, 64), **vq) == ROUTER_Q
+    assert _qspec("fc", (64, 128), **vq) is None
+    assert _qspec("layers.0.self_attn.q_proj", (128, 64), **vq) == d
+    assert _qspec("layers.0.mlp.gate", (4, 64), **vq) == ROUTER_Q
     v35 = {**kw, "layout": "vllm-mlx", "out_fmt": "per-expert"}
-    assert module_qspec("layers.0.mlp.gate", (4, 64), **v35) is None
+    assert _qspec("layers.0.mlp.gate", (4, 64), **v35) is None
 
 
 def test_expert_format_per_layout():

@@ -17,7 +17,8 @@ import yaml
 
 from mtpforge.errors import InputError
 from mtpforge.findings import CODES
-from mtpforge.layouts.table import LAYOUT_NAMES, RUNTIMES
+from mtpforge.layouts.table import LAYOUT_NAMES
+from mtpforge.runtimes import RUNTIME_NAMES
 from mtpforge.passes.quantize import AFFINE_BITS
 from mtpforge.recipe import Recipe, load_recipe, run_recipe
 from tests.checkers import folder_state
@@ -87,7 +88,7 @@ def test_recipe_literals_match_the_tables() -> None:
     props = Recipe.model_json_schema()
     assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES
     runtime = props["$defs"]["InspectCheck"]["properties"]["runtime"]["anyOf"][0]["enum"]
-    assert tuple(runtime) == RUNTIMES
+    assert tuple(runtime) == RUNTIME_NAMES
     assert tuple(props["properties"]["precision"]["anyOf"][1]["enum"]) == AFFINE_BITS
 
 

@@ -1,0 +1,15 @@
+"""Model families as data: one module per family builds a frozen :class:`FamilySpec`.
+
+Adding a family = a new module here and one entry in ``FAMILIES`` (see docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
+from .qwen3_next import QWEN3_NEXT
+from .spec import FamilySpec, Role, Row
+
+#: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
+FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT)}
+
+__all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

@@ -1,27 +1,30 @@
-"""Family detection from config and keys — never from the repo name (SPEC §2)."""
+"""Family detection from config — never from the repo name (SPEC §2)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
+from . import FAMILIES
+from .spec import FamilySpec
 from .tables import is_moe
 
 
-def detect_family(config: Mapping[str, Any], keys: Iterable[str] = ()) -> str | None:
-    """``qwen3_5`` | ``qwen3_5_moe`` | ``qwen3_next`` | None for anything else.
+def detect_family(config: Mapping[str, Any]) -> str | None:
+    """The name of the family whose spec claims this config's ``model_type``, else None.
 
-    The top-level ``model_type`` decides; a Qwen3.5 config that names experts is MoE whatever its
-    model_type says, and an unknown model_type whose keys look like Qwen3-Next is still refused
-    (returns None) — guessing a family is how heads get written into the wrong model.
+    A config that names experts picks the MoE member of a dense/MoE pair whatever its
+    model_type says; an unknown model_type is refused (None) even when the tensors look
+    familiar — guessing a family is how heads get written into the wrong model.
     """
     mt = config.get("model_type")
     tc = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
-    if mt == "qwen3_5_mtp":  # an mlx-vlm drafter folder: family of the text config it carries
-        return "qwen3_5_moe" if is_moe(config) else "qwen3_5"
-    if mt in ("qwen3_5", "qwen3_5_moe"):
-        return "qwen3_5_moe" if is_moe(config) else "qwen3_5"
-    if mt == "qwen3_next" and tc is None:
-        return "qwen3_next"
-    if tc is not None and tc.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text"):
-        return "qwen3_5_moe" if is_moe(config) else "qwen3_5"
-    return None
+    cands = [s for s in FAMILIES.values() if mt in s.model_types and (s.nested_text_config or tc is None)]
+    if not cands and tc is not None:
+        cands = [s for s in FAMILIES.values() if tc.get("model_type") in s.text_model_types]
+    return _pick(cands, is_moe(config))
+
+
+def _pick(cands: list[FamilySpec], moe: bool) -> str | None:
+    if not cands:
+        return None
+    return next((s for s in cands if s.moe == moe), cands[0]).name

@@ -10,7 +10,7 @@ import mlx.core as mx
 from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
-from ..families.tables import FAMILIES
+from ..families import FAMILIES
 from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE, VLLM_MLX_WEIGHTS, loads_in_mlx_lm_glob
 
 

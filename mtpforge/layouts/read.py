@@ -46,7 +46,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     """The head of ``target`` (or of its ``<target>-mtp-drafter`` sibling), canonical."""
     folder = Path(target)
     cat = load_catalogue(LocalStore(folder))
-    family = detect_family(cat.config, cat.tensors)
+    family = detect_family(cat.config)
     if family is None:
         raise RefusedError(f"{folder} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model", "pass an MLX model folder")
     loc = locate_head(cat, family)

@@ -1,60 +1,46 @@
-"""Where each runtime expects the MTP tensors (SPEC §5), as data."""
+"""The layouts (SPEC §5) by name, and the file names other modules need."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..families import FAMILIES
+from . import embedded, mlx_vlm_drafter, sidecar, vllm_mlx
+from .embedded import EMBEDDED_FILE
+from .mlx_vlm_drafter import DRAFTER_MODEL_TYPE
+from .sidecar import SIDECAR_FILE
+from .spec import LayoutName, LayoutSpec, Placement
+from .vllm_mlx import VLLM_MLX_DIR, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
 
 MANIFEST = "mtpforge.json"
-VLLM_MLX_DIR = "mtp"
-VLLM_MLX_WEIGHTS = "mtp/weights.safetensors"
-VLLM_MLX_MANIFEST = "mtp/manifest.json"
-SIDECAR_FILE = "mtp.safetensors"
-EMBEDDED_FILE = "model-mtp.safetensors"
-DRAFTER_MODEL_TYPE = "qwen3_5_mtp"
-LAYOUT_NAMES = ("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter")
 
-#: Runtimes inspect knows (CONTRACT `--runtime`).
-RUNTIMES = ("mlx-lm", "mlx-lm-mtp", "vllm-mlx", "exo", "mtplx", "mlx-vlm")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one layout puts a family's head: file, key prefix, and whether the index lists it."""
-
-    layout: str
-    file: str
-    prefix: str
-    in_index: bool
+LAYOUTS: dict[str, LayoutSpec] = {m.LAYOUT.name: m.LAYOUT for m in (embedded, sidecar, vllm_mlx, mlx_vlm_drafter)}
+LAYOUT_NAMES = tuple(LAYOUTS)
+assert LAYOUT_NAMES == tuple(n.value for n in LayoutName)
 
 
 def placement(layout: str, family: str) -> Placement:
     """The file and key spelling of ``layout`` for ``family``."""
-    nested = family in ("qwen3_5", "qwen3_5_moe")
-    if layout == "embedded":
-        if not nested:
-            raise ValueError("the embedded layout is for Qwen3.5/3.6; for Qwen3-Next use vllm-mlx")
-        return Placement(layout, EMBEDDED_FILE, "language_model.mtp.", True)
-    if layout == "sidecar":
-        return Placement(layout, SIDECAR_FILE, "mtp.", False)
-    if layout == "vllm-mlx":
-        if nested:
-            return Placement(layout, VLLM_MLX_WEIGHTS, "mtp.", False)
-        return Placement(layout, EMBEDDED_FILE, "mtp.", True)
-    if layout == "mlx-vlm-drafter":
-        return Placement(layout, "model.safetensors", "", False)
-    raise ValueError(f"unknown layout {layout!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}")
+    return LAYOUTS[layout].place(FAMILIES[family])
 
 
 def runtime_module_path(bare_module: str, layout: str, family: str) -> str:
-    """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its
-    loader looks up in ``config["quantization"]`` (SPEC §4: paths after sanitize)."""
-    if layout == "mlx-vlm-drafter":
-        return bare_module
-    if family in ("qwen3_5", "qwen3_5_moe"):
-        return f"language_model.mtp.{bare_module}"
-    return f"mtp.{bare_module}"
+    """The module path the layout's runtime builds for a head module: its per-path
+    quantization key. A head found where no layout of its family puts it keeps the family's
+    own prefix."""
+    try:
+        return placement(layout, family).module_path(bare_module)
+    except (ValueError, KeyError):
+        return FAMILIES[family].mlx_head_prefixes[0] + bare_module
 
 
 def loads_in_mlx_lm_glob(rel: str) -> bool:
     """mlx_lm.utils.load_model loads every ``model*.safetensors`` in the folder root."""
     return "/" not in rel and rel.startswith("model") and rel.endswith(".safetensors")
+
+
+__all__ = [
+    "DRAFTER_MODEL_TYPE", "EMBEDDED_FILE", "LAYOUTS", "LAYOUT_NAMES", "MANIFEST", "SIDECAR_FILE",
+    "VLLM_MLX_DIR", "VLLM_MLX_MANIFEST", "VLLM_MLX_WEIGHTS", "LayoutName", "Placement", "loads_in_mlx_lm_glob",
+    "placement", "runtime_module_path",
+]

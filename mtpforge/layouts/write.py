@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any, Mapping
 
-from ..families.tables import FAMILIES
+from ..families import FAMILIES
 from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE
 
 

@@ -1,0 +1,63 @@
+"""What a layout row says: where one runtime wants a family's head, and what else it edits.
+
+A layout is data (one module per layout builds a :class:`LayoutSpec`); the pipeline asks the
+:class:`Placement` of (layout, family) instead of comparing names. An output that is not an MLX
+folder (GGUF) is a new ``kind``, with its own writer, beside these rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from ..families.spec import FamilySpec
+
+
+class LayoutName(str, Enum):
+    """Where add-mtp can put a head (CONTRACT ``--layout``)."""
+
+    EMBEDDED = "embedded"
+    SIDECAR = "sidecar"
+    VLLM_MLX = "vllm-mlx"
+    MLX_VLM_DRAFTER = "mlx-vlm-drafter"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one layout puts one family's head, and which side files it writes."""
+
+    layout: str
+    #: the head file, relative to the written folder
+    file: str
+    #: key prefix of the head's tensors in that file
+    prefix: str
+    #: the head's keys are listed in ``model.safetensors.index.json``
+    in_index: bool
+    #: prefix of the module paths the runtime builds (its per-path quantization keys)
+    module_prefix: str
+    #: the head goes into a separate folder beside the target (mlx-vlm drafter)
+    separate_folder: bool = False
+    #: config.json references the head file (``mlx_lm_extra_tensors``)
+    sidecar_reference: bool = False
+    #: ``mtp/manifest.json`` for vllm-mlx is written beside the head
+    vllm_manifest: bool = False
+    #: released mlx-lm fails to load the folder with this placement (a note says so)
+    breaks_mlx_lm: bool = False
+
+    def module_path(self, bare_module: str) -> str:
+        """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its
+        loader looks up in ``config["quantization"]`` (SPEC §4: paths after sanitize)."""
+        return self.module_prefix + bare_module
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """One layout: its name and how it places a family's head."""
+
+    name: str
+    #: the runtime that reads this layout (a row of ``runtimes.RUNTIMES``): its expert formats
+    #: and quantization predicate decide what add-mtp writes
+    runtime: str
+    #: (family) -> Placement; raises ``ValueError`` for a family the layout does not serve
+    place: Callable[[FamilySpec], Placement]

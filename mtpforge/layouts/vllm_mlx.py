@@ -1,0 +1,23 @@
+"""vllm-mlx: Qwen3.5/3.6 read ``mtp/weights.safetensors`` + ``mtp/manifest.json``; Qwen3-Next
+reads ``mtp.*`` from ``model-mtp.safetensors`` (indexed), which released mlx-lm refuses."""
+
+from __future__ import annotations
+
+from ..families.spec import FamilySpec
+from .embedded import EMBEDDED_FILE
+from .spec import LayoutSpec, Placement
+
+VLLM_MLX_DIR = "mtp"
+VLLM_MLX_WEIGHTS = "mtp/weights.safetensors"
+VLLM_MLX_MANIFEST = "mtp/manifest.json"
+
+
+def place(family: FamilySpec) -> Placement:
+    if family.nested_text_config:
+        return Placement("vllm-mlx", VLLM_MLX_WEIGHTS, "mtp.", False, family.mlx_head_prefixes[0],
+                         vllm_manifest=True)
+    return Placement("vllm-mlx", EMBEDDED_FILE, "mtp.", True, family.mlx_head_prefixes[0],
+                     breaks_mlx_lm=True)
+
+
+LAYOUT = LayoutSpec("vllm-mlx", "vllm-mlx", place)

@@ -1,0 +1,96 @@
+"""The add-mtp options: one frozen, validated model for the CLI, the Python API and recipes.
+
+``HeadOptions`` holds what decides the head that is written; the CLI builds its ``add-mtp``
+flags from these fields (name, default, choices, help) and recipes inherit them, so a new
+option is one new field here (mergekit's validated frozen config).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+from .errors import InputError
+from .layouts.table import LAYOUT_NAMES
+from .passes.quantize import AFFINE_BITS
+
+Layout = Literal[LAYOUT_NAMES]  # type: ignore[valid-type]
+Bits = Literal[AFFINE_BITS]  # type: ignore[valid-type]
+Precision = Union[Literal["match", "bf16", "float16"], Bits]
+Experts = Literal["auto", "source", "switch_mlp"]
+Fetch = Literal["auto", "ranges", "shards"]
+
+_PRECISION_ALIASES = {"bfloat16": "bf16", "fp16": "float16", "float16": "float16", "bf16": "bf16", "match": "match"}
+
+
+def normalise_precision(v: Any) -> Any:
+    """``match`` | ``bf16`` | ``float16`` | bits, from any spelling a user types."""
+    if isinstance(v, str) and v.strip().lower() in _PRECISION_ALIASES:
+        return _PRECISION_ALIASES[v.strip().lower()]
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v.strip())
+    if isinstance(v, int) and not isinstance(v, bool) and v in AFFINE_BITS:
+        return v
+    raise PydanticCustomError(
+        "precision", "must be match, bf16, float16 or bits 2, 3, 4, 5, 6 or 8 (affine; 7 is not supported by MLX), not "
+        + repr(v).replace("{", "(").replace("}", ")"))
+
+
+class HeadOptions(BaseModel):
+    """What decides the head add-mtp writes (shared by the CLI, the API and recipes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    revision: Optional[str] = Field(None, min_length=1, description="Source revision (branch, tag or commit sha) for a repo id; pin a sha for reproducible CI.")
+    layout: Optional[Layout] = Field(None, description="Where the head goes; default: embedded for Qwen3.5/3.6, sidecar for Qwen3-Next.")
+    precision: Precision = Field("match", description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8).")
+    keep_fc_full_precision: bool = Field(False, description="Keep mtp.fc unquantized.")
+    experts: Experts = Field("auto", description="MoE expert format; auto picks what the layout's runtime loads.")
+    fetch: Fetch = Field("auto", description="ranges: only the head's bytes; shards: whole shards that hold it.")
+    force: bool = Field(False, description="Replace an MTP head already present.")
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision(cls, v: Any) -> Any:
+        return normalise_precision(v)
+
+
+class AddOptions(HeadOptions):
+    """One add-mtp run (``mtpforge add-mtp`` and :func:`mtpforge.pipeline.add_mtp`)."""
+
+    source: str = Field(..., min_length=1, description="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B).")
+    target: str = Field(..., min_length=1, description="MLX model folder to add the head to.")
+    output: Optional[str] = Field(None, min_length=1, description="Write a new folder instead of changing TARGET.")
+    dry_run: bool = Field(False, description="Print the plan; change nothing, download no tensor data.")
+
+    @classmethod
+    def parse(cls, **kw: Any) -> "AddOptions":
+        """Validate, turning the first problem into one line naming the flag."""
+        try:
+            return cls(**kw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else "options"
+            flag = "--" + name.replace("_", "-")
+            return_choices = choices(name)
+            fix = f"use one of: {', '.join(return_choices)}" if return_choices else f"see `mtpforge add-mtp --help` for {flag}"
+            raise InputError(f"{flag}: {err['msg']}", fix) from None
+
+
+def choices(field: str) -> tuple[str, ...]:
+    """The values a field accepts, for ``--help`` and error messages (empty: free-form)."""
+    ann = AddOptions.model_fields[field].annotation
+    out: list[str] = []
+
+    def walk(t: Any) -> None:
+        args = get_args(t)
+        if getattr(t, "__origin__", None) is Literal:
+            out.extend(str(a) for a in args)
+        else:
+            for a in args:
+                walk(a)
+
+    walk(ann)
+    return tuple(out)
