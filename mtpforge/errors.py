@@ -47,10 +47,3 @@ class RefusedError(MtpforgeError):
 
     exit_code = 1
     code = "REFUSED"
-
-
-class CheckFailedError(MtpforgeError):
-    """A check (verify identity, acceptance threshold) failed (exit 1)."""
-
-    exit_code = 1
-    code = "CHECK_FAILED"

@@ -20,7 +20,7 @@ from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
-from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob
+from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob, placement
 from .options import AddOptions
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
 from .manifest import build_manifest, entry, head_intact, read_manifest, undo
@@ -162,7 +162,8 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
     out_path: Path | None = Path(output).expanduser() if output else None
     if out_path is not None and out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
         raise InputError(f"--output {output} exists and is not empty", "pass a new or empty folder")
-    if layout == "mlx-vlm-drafter" and out_path is None:
+    pl = placement(layout, family)
+    if pl.separate_folder and out_path is None:
         out_path = tpath.parent / f"{tpath.name}-mtp-drafter"
     dest = out_path or tpath
     prog = Progress(enabled=progress)
@@ -209,7 +210,7 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
         "revision": commit, "notes": list(plan.notes), "fetched_bytes": 0,
         "manifest": str(dest / MANIFEST),
     }
-    if layout in ("vllm-mlx",) and family == "qwen3_next":
+    if pl.breaks_mlx_lm:
         report["notes"].append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
     if dry_run:
         report.update(dry_run=True, status="planned", files_to_write=files, fetch_bytes=source_bytes(to_fetch),
@@ -221,7 +222,7 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
     # an existing head: identical -> nothing to do; other -> refuse unless --force. The head that
     # counts is the one in the folder the staged copy starts from: the target (in place, or
     # mirrored into --output), or an existing drafter folder (an empty one holds no head)
-    drafter = layout == "mlx-vlm-drafter"
+    drafter = pl.separate_folder
     existing_root = (dest if dest.is_dir() and any(dest.iterdir()) else None) if drafter else tpath
     manifest = read_manifest(existing_root) if existing_root else None
     dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
@@ -273,10 +274,10 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
             stage.write_bytes("config.json", dump_json(drafter_config(tcat.config, n_layers, dq)))
             added.append("config.json")
         else:
-            cfg = updated_config(base_cfg, family=family, layout=layout, n_layers=n_layers,
+            cfg = updated_config(base_cfg, pl, n_layers=n_layers,
                                  mtp_tensors=plan.mtp_tensors, quant_entries=quant_entries)
             stage.write_bytes("config.json", dump_json(cfg))
-            if layout in ("embedded",) or (layout == "vllm-mlx" and family == "qwen3_next"):
+            if pl.in_index:
                 idx_path = stage.path(INDEX_FILE)
                 idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
                 if idx is None:
@@ -285,7 +286,7 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
                     idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
                                                          and f != plan.file for k in h.tensors}}
                 stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
-            if layout == "vllm-mlx" and family != "qwen3_next":
+            if pl.vllm_manifest:
                 src_name = source if not isinstance(sstore, LocalStore) else Path(source).name
                 stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
                     family=family, n_layers=n_layers, mtp_tensors=plan.mtp_tensors, expert_format=plan.expert_format,
@@ -317,7 +318,7 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
         stage.commit()
     report.update(
         status="written",
-        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if "embedded" == layout or (layout == "vllm-mlx" and family == "qwen3_next") else set()))],
+        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if pl.in_index else set()))],
         notes=report["notes"] + notes,
         # the staged check cannot see provenance (it ignores the manifest on purpose, to judge
         # the files alone), so "convention unknown" there only restates what add-mtp decided
@@ -329,15 +330,12 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
 
 
 def _files_for(plan: Plan, dest: Path) -> list[str]:
-    files = [plan.file, MANIFEST]
-    if plan.layout == "mlx-vlm-drafter":
-        files.append("config.json")
-    else:
-        files.append("config.json")
-        if plan.layout == "embedded" or (plan.layout == "vllm-mlx" and plan.family == "qwen3_next"):
-            files.append(INDEX_FILE)
-        if plan.layout == "vllm-mlx" and plan.family != "qwen3_next":
-            files.append(VLLM_MLX_MANIFEST)
+    pl = plan.placement
+    files = [plan.file, MANIFEST, "config.json"]
+    if pl.in_index and not pl.separate_folder:
+        files.append(INDEX_FILE)
+    if pl.vllm_manifest and not pl.separate_folder:
+        files.append(VLLM_MLX_MANIFEST)
     return [str(dest / f) for f in files]
 
 

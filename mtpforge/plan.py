@@ -14,6 +14,7 @@ from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import InputError, RefusedError
 from .families import FAMILIES
 from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, placement, runtime_module_path
 from .passes.experts import parse_expert_key, switch_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
@@ -46,10 +47,6 @@ class OutModule:
     norm: bool
     slices: list[SliceRef]  # one for a plain tensor, E for a stack
 
-    @property
-    def stacked(self) -> bool:
-        return len(self.slices) > 1 or (len(self.shape) == 3 and self.shape[0] == 1 and ".experts" in self.bare)
-
     def specs(self, prefix: str) -> list[TensorSpec]:
         if self.q is None:
             st = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[self.float_dtype]
@@ -66,14 +63,20 @@ class Plan:
     family: str
     layout: str
     expert_format: str  # output format: none | per-expert | fused | switch_mlp
-    source_expert_format: str
     n_layers: int
     float_dtype: str
     default_q: QSpec | None
     modules: list[OutModule]
-    prefix: str
-    file: str
+    placement: Placement
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def prefix(self) -> str:
+        return self.placement.prefix
+
+    @property
+    def file(self) -> str:
+        return self.placement.file
 
     def specs(self) -> list[TensorSpec]:
         return [s for m in self.modules for s in m.specs(self.prefix)]
@@ -148,7 +151,7 @@ def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
 
 
 def source_expert_slices(
-    bare_out: str, proj: str, mlp: str, src_fmt: str, entries: Mapping[str, TensorInfo], E: int
+    proj: str, mlp: str, src_fmt: str, entries: Mapping[str, TensorInfo], E: int
 ) -> list[SliceRef]:
     """Byte slices of the source that make up one switch_mlp stack, expert by expert."""
     out = []
@@ -258,7 +261,7 @@ def build_plan(
                 continue
             done_stacks.add(mlp)
             for proj in ("gate_proj", "up_proj", "down_proj"):
-                sl = source_expert_slices("", proj, mlp, src_fmt, entries, E)
+                sl = source_expert_slices(proj, mlp, src_fmt, entries, E)
                 shape = (E,) + sl[0].shape
                 mod = switch_key(mlp, proj)[: -len(".weight")]
                 q = rule.predicate(mod, shape, ask)
@@ -274,7 +277,7 @@ def build_plan(
         q = rule.predicate(mod, info.shape, ask)
         modules.append(OutModule(mod, has_w, info.shape, q, float_dtype, is_norm_key(bare), sl))
     pl = placement(layout, family)
-    return Plan(family, layout, out_fmt, src_fmt, n_layers, float_dtype, default_q, modules, pl.prefix, pl.file, notes)
+    return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
 
 
 def fetch_list(plan: Plan, entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:

@@ -44,29 +44,34 @@ def is_raw_hf(cat: Catalogue) -> bool:
     return False
 
 
+#: key prefixes that put a head in the embedded layout (the nested families' MLX spelling)
+_EMBEDDED_PREFIXES = tuple(p for f in FAMILIES.values() if f.nested_text_config for p in f.mlx_head_prefixes)
+
+
+def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
+    """The layout of an ``mtp.*`` key by the file that holds it."""
+    if file == SIDECAR_FILE:
+        return "sidecar"
+    if file == VLLM_MLX_WEIGHTS:
+        return "vllm-mlx"
+    if raw:
+        return "hf"
+    # a family without an embedded layout keeps mtp.* in model*.safetensors only for vllm-mlx
+    if family in FAMILIES and "embedded" not in FAMILIES[family].layouts and loads_in_mlx_lm_glob(file):
+        return "vllm-mlx"
+    return "embedded"
+
+
 def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, TensorInfo]]:
     found: dict[str, dict[str, TensorInfo]] = {}
     raw = is_raw_hf(cat)
     for h in cat.headers.values():
         for key, info in h.tensors.items():
-            f = info.file
-            if key.startswith("language_model.mtp."):
-                found.setdefault("embedded", {})[key[len("language_model.mtp."):]] = info
-            elif key.startswith("model.language_model.mtp."):
-                found.setdefault("embedded", {})[key[len("model.language_model.mtp."):]] = info
+            prefix = next((p for p in _EMBEDDED_PREFIXES if key.startswith(p)), None)
+            if prefix is not None:
+                found.setdefault("embedded", {})[key[len(prefix):]] = info
             elif key.startswith("mtp."):
-                bare = key[len("mtp."):]
-                if f == SIDECAR_FILE:
-                    layout = "sidecar"
-                elif f == VLLM_MLX_WEIGHTS:
-                    layout = "vllm-mlx"
-                elif raw:
-                    layout = "hf"
-                elif family == "qwen3_next" and loads_in_mlx_lm_glob(f):
-                    layout = "vllm-mlx"
-                else:
-                    layout = "embedded"
-                found.setdefault(layout, {})[bare] = info
+                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len("mtp."):]] = info
     return found
 
 
@@ -82,7 +87,6 @@ def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
     if not present:
         return HeadLocation("none")
     first = present[0]
-    prefix = {"embedded": "language_model.mtp.", "hf": "mtp."}.get(first, "mtp.")
     entries = found[first]
     stored = {}
     for bare, info in entries.items():
@@ -93,7 +97,3 @@ def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
 def read_entries(cat: Catalogue, entries: Mapping[str, TensorInfo]) -> dict[str, mx.array]:
     """Read the named tensors' bytes (a few KB for norms) and decode them."""
     return {k: to_mx(info, cat.read_tensor_bytes(info)) for k, info in entries.items()}
-
-
-def family_names() -> tuple[str, ...]:
-    return tuple(FAMILIES)

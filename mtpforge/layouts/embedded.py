@@ -13,7 +13,7 @@ def place(family: FamilySpec) -> Placement:
     if not family.nested_text_config:
         raise ValueError("the embedded layout is for Qwen3.5/3.6; for Qwen3-Next use vllm-mlx")
     prefix = family.mlx_head_prefixes[0]
-    return Placement("embedded", EMBEDDED_FILE, prefix, True, prefix)
+    return Placement("embedded", EMBEDDED_FILE, prefix, True, prefix, count_keys=family.count_keys_written)
 
 
 LAYOUT = LayoutSpec("embedded", "mlx-lm-mtp", place)

@@ -13,7 +13,7 @@ SIDECAR_CONFIG_KEY = "mlx_lm_extra_tensors"
 
 def place(family: FamilySpec) -> Placement:
     return Placement("sidecar", SIDECAR_FILE, "mtp.", False, family.mlx_head_prefixes[0],
-                     sidecar_reference=True)
+                     count_keys=family.count_keys_written, sidecar_reference=True)
 
 
 LAYOUT = LayoutSpec("sidecar", "mtplx", place)

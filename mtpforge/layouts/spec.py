@@ -36,6 +36,8 @@ class Placement:
     in_index: bool
     #: prefix of the module paths the runtime builds (its per-path quantization keys)
     module_prefix: str
+    #: config keys (text-config level) that announce the MTP layer count, in the order written
+    count_keys: tuple[str, ...] = ()
     #: the head goes into a separate folder beside the target (mlx-vlm drafter)
     separate_folder: bool = False
     #: config.json references the head file (``mlx_lm_extra_tensors``)

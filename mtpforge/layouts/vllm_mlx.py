@@ -12,12 +12,17 @@ VLLM_MLX_WEIGHTS = "mtp/weights.safetensors"
 VLLM_MLX_MANIFEST = "mtp/manifest.json"
 
 
+#: vllm-mlx reads the layer count from this flat key, whatever the family writes itself
+VLLM_MLX_COUNT_KEY = "num_nextn_predict_layers"
+
+
 def place(family: FamilySpec) -> Placement:
+    keys = (VLLM_MLX_COUNT_KEY,) + tuple(k for k in family.count_keys_written if k != VLLM_MLX_COUNT_KEY)
     if family.nested_text_config:
         return Placement("vllm-mlx", VLLM_MLX_WEIGHTS, "mtp.", False, family.mlx_head_prefixes[0],
-                         vllm_manifest=True)
+                         count_keys=keys, vllm_manifest=True)
     return Placement("vllm-mlx", EMBEDDED_FILE, "mtp.", True, family.mlx_head_prefixes[0],
-                     breaks_mlx_lm=True)
+                     count_keys=keys, breaks_mlx_lm=True)
 
 
 LAYOUT = LayoutSpec("vllm-mlx", "vllm-mlx", place)

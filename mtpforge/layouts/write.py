@@ -11,8 +11,9 @@ import copy
 import json
 from typing import Any, Mapping
 
-from ..families import FAMILIES
-from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE
+from .mlx_vlm_drafter import DRAFTER_MODEL_TYPE
+from .sidecar import SIDECAR_CONFIG_KEY
+from .spec import Placement
 
 
 def dump_json(obj: Any) -> bytes:
@@ -26,20 +27,16 @@ def _text(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def updated_config(
-    config: Mapping[str, Any], *, family: str, layout: str, n_layers: int, mtp_tensors: int,
+    config: Mapping[str, Any], placement: Placement, *, n_layers: int, mtp_tensors: int,
     quant_entries: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The target's config.json after adding a head in ``layout``."""
+    """The target's config.json after adding a head with ``placement``."""
     cfg = copy.deepcopy(dict(config))
     tc = _text(cfg)
-    fam = FAMILIES[family]
-    if family == "qwen3_next" or layout == "vllm-mlx":
-        # runtimes that read a count from a flat config use num_nextn_predict_layers
-        tc["num_nextn_predict_layers"] = n_layers
-    if fam.nested_text_config:
-        tc["mtp_num_hidden_layers"] = n_layers
-    if layout == "sidecar":
-        cfg["mlx_lm_extra_tensors"] = {"mtp_file": SIDECAR_FILE, "mtp_tensor_count": mtp_tensors}
+    for key in placement.count_keys:
+        tc[key] = n_layers
+    if placement.sidecar_reference:
+        cfg[SIDECAR_CONFIG_KEY] = {"mtp_file": placement.file, "mtp_tensor_count": mtp_tensors}
     for qkey in ("quantization", "quantization_config"):
         q = cfg.get(qkey)
         if isinstance(q, dict) and quant_entries:

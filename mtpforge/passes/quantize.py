@@ -7,7 +7,6 @@ exactly the bytes of that slice in the quantized stack: the writer quantizes exp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
 import mlx.core as mx
 
@@ -79,8 +78,3 @@ def dequantize(parts: dict[str, mx.array], q: QSpec) -> mx.array:
 
 def cast(w: mx.array, float_dtype: str) -> mx.array:
     return w.astype(FLOAT_DTYPES[float_dtype])
-
-
-def nbytes(shape: tuple[int, ...], st_dtype: str) -> int:
-    size = {"BF16": 2, "F16": 2, "F32": 4, "U32": 4, "U8": 1}[st_dtype]
-    return prod(shape) * size
