@@ -25,7 +25,7 @@ BUNDLED = C.REPO / "mtpforge" / "data" / "tiny-qwen3_5"
 
 
 def prepare(source: Path) -> Path:
-    from mtpforge.synth import convert_to_mlx
+    from tests.support.synth import convert_to_mlx
 
     tgt = C.workdir("decode") / "tiny-qwen3_5-4bit"
     shutil.rmtree(tgt, ignore_errors=True)

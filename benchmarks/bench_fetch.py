@@ -2,7 +2,7 @@
 plain ``snapshot_download`` vs today's script (hf_hub_download every shard holding an ``mtp.``
 tensor, load, extract).
 
-Synthetic repos on the loopback test hub (mtpforge.synth.hub_server, 127.0.0.1 only) copy the
+Synthetic repos on the loopback test hub (tests.support.synth.hub_server, 127.0.0.1 only) copy the
 real shard layouts of SPEC §2 — the head spread over the reported shards, mixed with backbone
 tensors — at a reduced width but the real depth, so the head's share of the repo stays close to
 the real one. Every tool runs in a child process with its own empty HF_HOME and talks to the
@@ -58,7 +58,7 @@ except Exception as e:
 
 
 def build(name: str, variant: str, n_shards: int, mtp_in: list[int], overrides: dict[str, Any]) -> tuple[Path, Path]:
-    from mtpforge.synth import build_tokenizer, random_hf_tensors, tiny_config, write_hf_checkpoint
+    from tests.support.synth import build_tokenizer, random_hf_tensors, tiny_config, write_hf_checkpoint
 
     cfg = tiny_config(variant, **overrides)
     tag = f"{name}-{C.folder_fingerprint([cfg, n_shards, mtp_in])}"
@@ -89,7 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", help="repo names to run (default: all)")
     a = ap.parse_args()
-    from mtpforge.synth.hub_server import HubServer
+    from tests.support.synth.hub_server import HubServer
 
     scratch = Path(tempfile.mkdtemp(prefix="mtpforge-bench-fetch-"))
     rows: list[dict[str, Any]] = []

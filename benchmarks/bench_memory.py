@@ -23,7 +23,7 @@ import common as C
 def memory_config(experts: int, hidden: int, moe_inter: int) -> dict[str, Any]:
     """Qwen3-Next-80B's head dimensions (hidden 2048, 16 heads x 256, 2 KV heads, shared expert
     512), a dense 4-layer backbone (``mlp_only_layers``) so that only the head is large."""
-    from mtpforge.synth import tiny_config
+    from tests.support.synth import tiny_config
 
     return tiny_config(
         "qwen3_next", hidden_size=hidden, num_attention_heads=16, head_dim=256, num_key_value_heads=2,
@@ -35,8 +35,8 @@ def memory_config(experts: int, hidden: int, moe_inter: int) -> dict[str, Any]:
 
 def build(experts: int, hidden: int, moe_inter: int) -> tuple[Path, Path, dict[str, Any]]:
     """(source, 4-bit target) for one expert count, cached in the work dir by config."""
-    from mtpforge.synth import hf_tensor_specs
-    from mtpforge.synth.write import natural_key
+    from tests.support.synth import hf_tensor_specs
+    from tests.support.synth.write import natural_key
 
     cfg = memory_config(experts, hidden, moe_inter)
     tag = f"e{experts}-h{hidden}-i{moe_inter}-{C.folder_fingerprint(cfg)}"

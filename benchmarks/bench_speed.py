@@ -27,14 +27,14 @@ from bench_memory import build as build_moe
 
 def dense_config(hidden: int, inter: int) -> dict[str, Any]:
     """Qwen3.5-27B's head dimensions (24 heads x 256, 4 KV heads) on a one-layer backbone."""
-    from mtpforge.synth import tiny_config
+    from tests.support.synth import tiny_config
 
     return tiny_config("qwen3_5", hidden_size=hidden, intermediate_size=inter, num_attention_heads=24, head_dim=256,
                        num_key_value_heads=4, num_hidden_layers=1, vocab_size=512)
 
 
 def build_dense(hidden: int, inter: int) -> tuple[Path, Path]:
-    from mtpforge.synth import hf_tensor_specs
+    from tests.support.synth import hf_tensor_specs
 
     cfg = dense_config(hidden, inter)
     tag = f"dense-h{hidden}-i{inter}-{C.folder_fingerprint(cfg)}"

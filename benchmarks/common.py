@@ -25,6 +25,8 @@ from typing import Any, Iterable, Sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+# the synthetic-checkpoint builders live with the tests (tests/support/synth), not in the package
+sys.path.insert(0, str(REPO))
 RESULTS = HERE / "results"
 PY = sys.executable
 
@@ -211,16 +213,16 @@ class _Pool:
 def stream_hf_source(folder: Path, config: dict[str, Any], shard_of: dict[str, int], n_shards: int,
                      tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
     """Write an HF checkpoint of ``config`` tensor by tensor (never more than one tensor in
-    memory): names and shapes from ``mtpforge.synth.hf_tensor_specs``; tensors under 1M elements
+    memory): names and shapes from ``tests.support.synth.hf_tensor_specs``; tensors under 1M elements
     drawn exactly as ``random_hf_tensors`` draws them (norm means matter to inspect), larger ones
     from a shared value pool. ``shard_of`` maps name -> 0-based shard."""
     import mlx.core as mx
     import numpy as np
 
-    from mtpforge.synth import hf_tensor_specs
-    from mtpforge.synth.config import VARIANT_KEY, text_config
-    from mtpforge.synth.tokenizer import build_tokenizer
-    from mtpforge.synth.write import natural_key, shard_name
+    from tests.support.synth import hf_tensor_specs
+    from tests.support.synth.config import VARIANT_KEY, text_config
+    from tests.support.synth.tokenizer import build_tokenizer
+    from tests.support.synth.write import natural_key, shard_name
     from mtpforge.writer.safetensors_stream import SafetensorsWriter, TensorSpec
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -292,7 +294,7 @@ def make_mlx_target(config: dict[str, Any], folder: Path, *, q_bits: int | None,
     from mlx.utils import tree_flatten, tree_unflatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
-    from mtpforge.synth.config import VARIANT_KEY, layer_types, text_config
+    from tests.support.synth.config import VARIANT_KEY, layer_types, text_config
 
     cfg = copy.deepcopy({k: v for k, v in config.items() if k != VARIANT_KEY})
     tc = text_config(cfg)
@@ -324,7 +326,7 @@ def _converted_norms(params: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     gated ``linear_attn.norm`` is not zero-centred and keeps ~1."""
     import mlx.core as mx
 
-    from mtpforge.synth.tensors import _NORM_DEFAULT, _NORM_LOC_SCALE
+    from tests.support.synth.tensors import _NORM_DEFAULT, _NORM_LOC_SCALE
 
     out = []
     for i, (k, v) in enumerate(params):

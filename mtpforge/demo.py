@@ -37,7 +37,7 @@ def tiny_model_path() -> Path:
 def make_community_target(source: str | Path, target: str | Path, *, q_bits: int = Q_BITS, q_group_size: int = Q_GROUP) -> Path:
     """An MLX model made from ``source`` the way mlx-community conversions are made: the real
     ``mlx_lm.convert``, which drops the ``mtp.*`` tensors while the config keeps declaring them."""
-    from .synth import convert_to_mlx
+    from .community import convert_to_mlx
 
     return convert_to_mlx(source, target, q_bits=q_bits, q_group_size=q_group_size)
 

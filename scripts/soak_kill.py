@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-load", action="store_true", help="skip mlx_lm.load of complete folders (faster)")
     args = ap.parse_args(argv)
 
-    from mtpforge.synth import build_hf_variant, convert_to_mlx
+    from tests.support.synth import build_hf_variant, convert_to_mlx
 
     root = Path(tempfile.mkdtemp(prefix="mtpforge-soak-"))
     t0 = time.monotonic()

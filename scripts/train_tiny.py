@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train the bundled tiny Qwen3.5 models (dense and MoE) and their MTP heads; export them in
-Hugging Face layout to mtpforge/data/. A thin shell over ``mtpforge.synth.train_bundle``.
+Hugging Face layout to mtpforge/data/. A thin shell over ``tests.support.synth.train_bundle``.
 
 Takes a few minutes per model on a 2-core CPU. Optional, for speed only (never needed by the
 product): preload the system OpenBLAS, whose fp32 matmul is much faster than the mlx CPU wheel's,
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mtpforge.synth.train import VARIANT_OF, TrainSettings  # noqa: E402
-from mtpforge.synth.train_bundle import build_bundled, folder_name, recheck  # noqa: E402
+from tests.support.synth.train import VARIANT_OF, TrainSettings  # noqa: E402
+from tests.support.synth.train_bundle import build_bundled, folder_name, recheck  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from mtpforge.synth import VARIANTS, build_hf_variant, convert_to_mlx
+from tests.support.synth import VARIANTS, build_hf_variant, convert_to_mlx
 
 QWEN35_VARIANTS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe", "qwen3_6_moe")
 MOE_VARIANTS: tuple[str, ...] = ("qwen3_5_moe", "qwen3_6_moe", "qwen3_next")

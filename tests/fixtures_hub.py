@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from mtpforge.synth.hub_server import Fault, HubServer, LogEntry
+from tests.support.synth.hub_server import Fault, HubServer, LogEntry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,8 +22,8 @@ from mtpforge.decoder.stats import summarize
 from mtpforge.families.tables import is_norm_key
 from mtpforge.passes.experts import to_switch_mlp
 from mtpforge.pipeline import add_mtp
-from mtpforge.synth import convert_to_mlx
-from mtpforge.synth.tokenizer import default_corpus
+from tests.support.synth import convert_to_mlx
+from tests.support.synth.tokenizer import default_corpus
 from mtpforge.verify import DEFAULT_PROMPTS, verify
 
 from tests.checkers import rewrite, source_head

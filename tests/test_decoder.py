@@ -24,7 +24,7 @@ from mtpforge.decoder.rollback import rollback, snapshot
 from mtpforge.decoder.sampling import Chooser
 from mtpforge.layouts.read import load_head_weights
 from mtpforge.pipeline import add_mtp
-from mtpforge.synth import VARIANTS
+from tests.support.synth import VARIANTS
 
 PROMPT_TEXT = "The cat sees the red ball in the garden."
 MAX_TOKENS = 24

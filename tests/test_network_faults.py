@@ -17,7 +17,7 @@ from mtpforge.checkpoint.catalogue import load_catalogue
 from mtpforge.checkpoint.store import LocalStore
 from mtpforge.layouts.table import MANIFEST
 from mtpforge.pipeline import add_mtp
-from mtpforge.synth.hub_server import API
+from tests.support.synth.hub_server import API
 from tests.checkers import folder_state
 
 VARIANT = "qwen3_5"

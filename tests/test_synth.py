@@ -11,7 +11,7 @@ import pytest
 
 from mtpforge.checkpoint.safetensors_header import read_local_header
 from mtpforge.families.tables import expected_head
-from mtpforge.synth import (
+from tests.support.synth import (
     EOS_ID,
     build_hf_variant,
     build_tokenizer,

@@ -16,7 +16,7 @@ import pytest
 
 from mtpforge.checkpoint.catalogue import load_catalogue
 from mtpforge.checkpoint.store import LocalStore
-from mtpforge.synth.tensors import hf_tensor_specs
+from tests.support.synth.tensors import hf_tensor_specs
 
 #: folder -> (depth-1 acceptance floor of the issue, target of the model)
 MODELS = {"tiny-qwen3_5": (0.60, 0.70), "tiny-qwen3_5_moe": (0.50, 0.55)}
@@ -65,8 +65,8 @@ def test_head_drafts_on_heldout_text(name: str) -> None:
     """A float32 reference head straight from the source tensors, on mlx-lm's load of the source."""
     from tokenizers import Tokenizer
 
-    from mtpforge.synth.train import TrainSettings, draft_acceptance, heldout_prompts
-    from mtpforge.synth.train_check import load_backbone, source_head
+    from tests.support.synth.train import TrainSettings, draft_acceptance, heldout_prompts
+    from tests.support.synth.train_check import load_backbone, source_head
 
     folder = _folder(name)
     record = json.loads((folder / "training.json").read_text())

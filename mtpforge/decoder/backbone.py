@@ -8,6 +8,7 @@ its input (pre-norm) and output (post-norm); the embedding and lm_head are the i
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import mlx.nn as nn
 from mlx.utils import tree_map
 
 from ..errors import RefusedError
+from ..families import FAMILIES
 
 HIDDEN_VARIANTS = ("pre", "post")
 
@@ -123,13 +125,15 @@ def _cast(model: nn.Module, dtype: mx.Dtype) -> None:
 def load_backbone(folder: str | Path, family: str) -> Backbone:
     """Load ``folder``'s backbone and tokenizer with mlx-lm, ready for drafting."""
     from mlx_lm.tokenizer_utils import load as load_tokenizer
-    from mlx_lm.utils import _get_classes, load_model
+    from mlx_lm.utils import load_model
 
     path = Path(folder)
+    spec = FAMILIES[family]
 
     def classes(config: dict[str, Any]) -> tuple[type, type]:
-        model_class, args_class = _get_classes(config)
-        return _without_mtp(model_class), args_class
+        # mlx-lm's public per-model modules (one file per model: Model, ModelArgs)
+        arch = importlib.import_module(f"mlx_lm.models.{spec.mlx_lm_module}")
+        return _without_mtp(arch.Model), arch.ModelArgs
 
     try:
         model, config = load_model(path, get_model_classes=classes)
@@ -137,10 +141,10 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
         raise RefusedError(f"mlx-lm cannot load the backbone of {path}: {e}",
                            f"run `mtpforge inspect {path}` to see what is wrong with the folder") from None
     tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
-    if family == "qwen3_next":
-        lm_module, inner = model, model.model
-    else:
-        lm_module, inner = model.language_model, model.language_model.model
+    lm_module = model
+    for attr in spec.lm_module_path:
+        lm_module = getattr(lm_module, attr)
+    inner = lm_module.model
     dtype = compute_dtype_for_device()
     if dtype is not None:
         _cast(model, dtype)

@@ -17,6 +17,7 @@ in MLX's convention (``x̂·w``), i.e. already shifted.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Mapping
 
 import mlx.core as mx
@@ -27,13 +28,11 @@ from mlx_lm.models.cache import KVCache
 
 def _layer_factory(family: str, args: Any) -> Any:
     """The backbone family's decoder layer class, built as a full-attention layer."""
-    if family == "qwen3_next":
-        from mlx_lm.models.qwen3_next import Qwen3NextDecoderLayer
+    from ..families import FAMILIES
 
-        return lambda: Qwen3NextDecoderLayer(args, layer_idx=args.full_attention_interval - 1)
-    from mlx_lm.models.qwen3_5 import DecoderLayer
-
-    return lambda: DecoderLayer(args, layer_idx=args.full_attention_interval - 1)
+    module, name = FAMILIES[family].head_layer
+    layer = getattr(importlib.import_module(module), name)
+    return lambda: layer(args, layer_idx=args.full_attention_interval - 1)
 
 
 class MTPHead(nn.Module):

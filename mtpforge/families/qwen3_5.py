@@ -80,6 +80,7 @@ QWEN3_5 = FamilySpec(
     layouts=("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"),
     mlx_lm_module="qwen3_5",
     lm_module_path=("language_model",),
+    head_layer=("mlx_lm.models.qwen3_5", "DecoderLayer"),
     dim_keys=DIM_KEYS,
 )
 

@@ -27,5 +27,6 @@ QWEN3_NEXT = FamilySpec(
     layouts=("sidecar", "vllm-mlx"),
     mlx_lm_module="qwen3_next",
     lm_module_path=(),
+    head_layer=("mlx_lm.models.qwen3_next", "Qwen3NextDecoderLayer"),
     dim_keys=DIM_KEYS,
 )

@@ -90,6 +90,8 @@ class FamilySpec:
     mlx_lm_module: str
     #: attribute path from mlx-lm's top-level model to the language model module
     lm_module_path: tuple[str, ...]
+    #: (module, class) of the backbone's decoder layer that an MTP layer is built from
+    head_layer: tuple[str, str]
     #: config dimension -> config key (``text_config`` level); ``None`` marks derived ones
     dim_keys: Mapping[str, str] = field(default_factory=dict)
 

@@ -62,7 +62,7 @@ def _bundled(name: str) -> Path:
 
 def build_inputs(root: Path) -> dict[str, Path]:
     """Sources and converted targets under ``root``: ``{model}`` and ``{model}-{target}``."""
-    from mtpforge.synth import build_hf_variant, convert_to_mlx
+    from tests.support.synth import build_hf_variant, convert_to_mlx
 
     out: dict[str, Path] = {}
     for model in MODELS:

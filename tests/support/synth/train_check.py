@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..decoder.head import MTPHead, build_head
+from mtpforge.decoder.head import MTPHead, build_head
 from .mlx_target import convert_to_mlx
 from .train import draft_acceptance, greedy
 
@@ -35,7 +35,7 @@ def load_backbone(folder: str | Path) -> nn.Module:
 
 def load_head(target: str | Path, model: nn.Module) -> MTPHead:
     """The head ``add_mtp`` wrote into ``target``, read back by mtpforge's canonical reader."""
-    from ..layouts.read import load_head_weights
+    from mtpforge.layouts.read import load_head_weights
 
     hw = load_head_weights(target)
     return build_head(hw.family, model.language_model.args, hw.tensors, hw.quant)
@@ -87,7 +87,7 @@ def converted_acceptance(
 ) -> dict[str, Any]:
     """``mlx_lm.convert`` (``q_bits`` None = bf16) -> ``add_mtp --precision bf16`` -> acceptance
     at depth 1 with post- and pre-norm hidden states."""
-    from ..pipeline import add_mtp
+    from mtpforge.pipeline import add_mtp
 
     with tempfile.TemporaryDirectory(prefix="mtpforge-tiny-check-", dir=workdir) as tmp:
         target = Path(tmp) / ("target-bf16" if q_bits is None else f"target-{q_bits}bit")
@@ -117,7 +117,7 @@ def run_verify(target: Path) -> dict[str, Any]:
     speculative loop itself, with its default prompts. Recorded, never fatal here (the decoder
     is developed separately; this check is about the model)."""
     try:
-        from ..verify import verify
+        from mtpforge.verify import verify
     except ImportError as exc:
         return {"error": f"verify unavailable: {exc}"}
     try:
@@ -165,7 +165,7 @@ def mutation_acceptance(
     conversion bug put in on purpose: the figures the mutation tests of issue 4 stand on."""
     from mlx.utils import tree_flatten
 
-    from ..families.tables import is_norm_key
+    from mtpforge.families.tables import is_norm_key
 
     model = load_backbone(folder)
     base = dict(tree_flatten(source_head(folder, model).parameters()))

@@ -26,8 +26,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from ..passes.experts import from_switch_mlp
-from ..passes.norms import shift_norm, shift_norms
+from mtpforge.passes.experts import from_switch_mlp
+from mtpforge.passes.norms import shift_norm, shift_norms
 from .tensors import hf_tensor_specs
 from .write import write_hf_checkpoint
 

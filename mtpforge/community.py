@@ -1,5 +1,6 @@
 """Make an MLX target the way community conversions are made: with the real ``mlx_lm.convert``,
-which drops every ``mtp.*`` tensor while the config keeps declaring the head."""
+which drops every ``mtp.*`` tensor while the config keeps declaring the head. The demo starts
+from such a target; tests and benchmarks build theirs with the same function."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def convert_to_mlx(
     out = Path(mlx_folder)
     if out.is_dir() and not any(out.iterdir()):
         out.rmdir()
-    # convert prints progress on stdout; the callers (tests, benchmarks) own stdout.
+    # convert prints progress on stdout; the callers (tests, benchmarks, --json) own stdout.
     with contextlib.redirect_stdout(io.StringIO()):
         convert(
             hf_path=str(hf_folder),

@@ -28,7 +28,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ..decoder.head import MTPHead
+from mtpforge.decoder.head import MTPHead
 from .config import EOS_ID, tiny_config
 from .tokenizer import default_corpus
 

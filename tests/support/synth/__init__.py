@@ -20,7 +20,7 @@ from .config import (
     tiny_config,
     variant_of,
 )
-from .mlx_target import convert_to_mlx
+from mtpforge.community import convert_to_mlx
 from .tensors import hf_tensor_specs, mtp_tensor_names, random_hf_tensors
 from .tokenizer import build_tokenizer, default_corpus
 from .write import plan_shards, write_hf_checkpoint

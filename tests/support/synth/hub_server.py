@@ -18,7 +18,7 @@ private (``Authorization: Bearer``); ``lfs_redirect`` answers weight files with 
 "CDN" path (``/_lfs/...``, no token needed) as the real Hub does for LFS/Xet files. Only loopback
 addresses are ever bound.
 
-Run standalone: ``python -m mtpforge.synth.hub_server --repo org/name=PATH [--repo ...]``.
+Run standalone: ``python -m tests.support.synth.hub_server --repo org/name=PATH [--repo ...]``.
 """
 
 from __future__ import annotations
