@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mtpforge.decoder.head import MTPHead, build_head
-from .mlx_target import convert_to_mlx
+from mtpforge.community import convert_to_mlx
 from .train import draft_acceptance, greedy
 
 
