@@ -303,7 +303,8 @@ def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw
         stage.write_bytes(MANIFEST, dump_json(manifest_obj))
 
         prog.step("validating the staged folder")
-        from .inspect import data_findings, inspect_checkpoint
+        from .checks.data import data_findings
+        from .inspect import inspect_checkpoint
 
         # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
         # read whole tensors (a 512-expert stack is ~800 MB)

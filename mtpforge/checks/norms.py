@@ -8,9 +8,21 @@ norms of the same kind, which answers ``unknown`` rather than guess. Never a val
 
 from __future__ import annotations
 
+import hashlib
 from typing import Mapping
 
 import mlx.core as mx
+
+from ..checkpoint.catalogue import head_shards, load_catalogue
+from ..checkpoint.safetensors_header import TensorInfo
+from ..checkpoint.store import LocalStore
+from ..checkpoint.tensors import to_mx
+from ..families.detect import detect_family
+from ..families.tables import is_norm_key
+from ..findings import Finding, finding
+from ..layouts.detect import is_raw_hf, locate_head, read_entries
+from ..layouts.table import MANIFEST
+from .context import InspectContext, open_target_store
 
 OFFSET_NAMES = {0: "raw", 1: "shifted", 2: "double-shifted"}
 
@@ -83,3 +95,117 @@ def classify_by_backbone(
     if len(close) != 1 or close[0] not in OFFSET_NAMES:
         return "unknown"
     return OFFSET_NAMES[close[0]]
+
+
+# ----------------------------------------------------------------------------- the inspect check
+
+#: backbone norms of one kind read for the conservative norm-convention comparison
+BACKBONE_REFS_PER_KIND = 8
+
+
+def _from_source(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[str, str, dict[str, str]]:
+    src_store = open_target_store(ctx.source or "", ctx.source_revision)
+    src_cat = load_catalogue(src_store, all_safetensors=False,
+                             index_files=None if isinstance(src_store, LocalStore) else head_shards)
+    src_loc = locate_head(src_cat, detect_family(src_cat.config))
+    src_vals = read_entries(src_cat, {k: src_loc.entries[k] for k in values if k in src_loc.entries})
+    src_raw = is_raw_hf(src_cat)
+    verdicts: dict[str, str] = {}
+    for k, v in values.items():
+        if k not in src_vals:
+            verdicts[k] = "unknown"
+            continue
+        ref = src_vals[k] if src_raw else (src_vals[k].astype(mx.float32) - 1.0)
+        verdicts[k] = classify_exact(v, ref)
+    return aggregate(verdicts), "source", verdicts
+
+
+def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo]) -> bool:
+    recorded = ctx.manifest["tensors"] if ctx.manifest else {}
+    for bare, info in norm_entries.items():
+        rec = recorded.get(ctx.loc.stored_keys.get(bare, bare))
+        if not isinstance(rec, dict) or rec.get("sha256") != hashlib.sha256(ctx.cat.read_tensor_bytes(info)).hexdigest():
+            return False
+    return True
+
+
+def _from_backbone(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[str, str, dict[str, str]]:
+    """Conservative: compare with the backbone's norms of the same kind."""
+    backbone_shifted = not is_raw_hf(ctx.cat)
+    kinds = set(filter(None, (backbone_kind(k) for k in values)))
+    by_kind: dict[str, list[TensorInfo]] = {}
+    for name, info in ctx.cat.tensors.items():
+        if ".mtp." in name or name.startswith("mtp."):
+            continue
+        for sfx in kinds:
+            # a few layers show a kind's level; every layer of a 94-layer model over HTTP would
+            # be hundreds of range requests for the same answer
+            if name.endswith(sfx) and len(info.shape) == 1 and len(by_kind.get(sfx, ())) < BACKBONE_REFS_PER_KIND:
+                by_kind.setdefault(sfx, []).append(info)
+    verdicts = {}
+    for k, v in values.items():
+        kind = backbone_kind(k)
+        if kind is None:
+            continue
+        refs = [to_mx(i, ctx.cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]
+        verdicts[k] = classify_by_backbone(v, refs, backbone_shifted)
+    conv = aggregate(verdicts)
+    return ("unknown" if conv == "none" else conv), "backbone", verdicts
+
+
+def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Finding]]:
+    """(convention, how it was decided, per-tensor verdicts, findings): the source's tensors,
+    else mtpforge's manifest checked against the tensors' hashes, else the backbone."""
+    norm_entries = {k: v for k, v in ctx.loc.entries.items() if is_norm_key(k)}
+    if not norm_entries:
+        return "none", "none", {}, []
+    values = read_entries(ctx.cat, norm_entries)
+    if ctx.source:
+        return (*_from_source(ctx, values), [])
+    found: list[Finding] = []
+    m = ctx.manifest
+    if m and isinstance(m.get("tensors"), dict) and m.get("norm_convention"):
+        if _manifest_matches(ctx, norm_entries):
+            conv = str(m["norm_convention"])
+            return conv, "manifest", {k: conv for k in norm_entries}, found
+        found.append(finding(
+            "MANIFEST_STALE", f"{MANIFEST} does not match the head's norm tensors (changed after mtpforge wrote it)",
+            "re-run `mtpforge add-mtp --force`, or pass --source to compare with the original",
+        ))
+    return (*_from_backbone(ctx, values), found)
+
+
+def check(ctx: InspectContext) -> list[Finding]:
+    """MTP_NORMS_RAW / _DOUBLE_SHIFTED / _MIXED, NORM_CONVENTION_UNKNOWN, MANIFEST_STALE."""
+    if not ctx.has_head:
+        return []
+    conv, how, verdicts, out = convention(ctx)
+    ctx.report["norm_convention"] = conv
+    ctx.report["norm_convention_from"] = how
+    expected_conv = "raw" if ctx.raw else "shifted"
+    fix = f"re-create the head: {ctx.add_fix} --force"
+    if conv == "raw" and expected_conv == "shifted":
+        out.append(finding(
+            "MTP_NORMS_RAW", f"the head's RMSNorm weights are zero-centred (raw Hugging Face convention) in the {ctx.loc.layout} layout, whose runtime applies them as-is: ≈0% acceptance",
+            f"re-create the head with the +1 shift: {ctx.add_fix} --force",
+        ))
+    elif conv == "shifted" and expected_conv == "raw":
+        out.append(finding(
+            "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms are already shifted in a raw Hugging Face checkpoint; mlx-lm will add +1 again",
+            "restore the original zero-centred norms (re-download the source)",
+        ))
+    elif conv == "mixed":
+        bad = sorted(k for k, v in verdicts.items() if v != expected_conv)
+        out.append(finding(
+            "MTP_NORMS_MIXED", f"some head norms are shifted and others are not (e.g. {bad[0] if bad else '?'})", fix,
+        ))
+    elif conv == "double-shifted":
+        out.append(finding(
+            "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms carry +2 instead of +1 (shifted twice): acceptance halves", fix,
+        ))
+    elif conv == "unknown":
+        out.append(finding(
+            "NORM_CONVENTION_UNKNOWN", "the head's norm convention could not be decided without the source tensors",
+            f"pass --source {ctx.src_hint} to compare exactly (fetches a few KB)",
+        ))
+    return out
