@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from . import __version__
 from .checkpoint.store import Store, safe_relpath
 from .errors import MtpforgeError, RefusedError
 from .layouts.table import MANIFEST
+from .layouts.write import dump_json
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -130,4 +133,42 @@ def undo(stage: "StagedFolder", manifest: dict[str, Any]) -> None:
             stage.write_bytes(rel, before["text"].encode("utf-8"))
 
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "undo"]
+def record_measurement(head_folder: Path, report: dict[str, Any]) -> str | None:
+    """Write the measured hidden variant and acceptance into the manifest, atomically.
+
+    A temp file beside the manifest and one ``os.replace``: a reader sees the old manifest or
+    the new one, never half; if the manifest is a symlink, the link is replaced by a file and
+    whatever it pointed to is left untouched (never write through a symlink).
+    Returns the manifest path, or None when there is no manifest.
+    """
+    path = head_folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
+                           "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
+    manifest["verify"] = {
+        "hidden_state": report["hidden"],
+        "acceptance": round(report["acceptance"], 4),
+        "hidden_variants": {k: round(v, 4) for k, v in report["hidden_variants"].items()},
+        "acceptance_by_position": [round(a, 4) for a in report["acceptance_by_position"]],
+        "depth": report["depth"], "temp": report["temp"], "max_tokens": report["max_tokens"],
+        "prompts": report["prompts"], "identical": report["identical"],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mtpforge_version": __version__,
+    }
+    fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".json.tmp", dir=head_folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(dump_json(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "record_measurement", "undo"]

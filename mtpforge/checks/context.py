@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..families.spec import FamilySpec
 from ..families.tables import declared_mtp_layers
 from ..layouts.detect import HeadLocation, is_raw_hf, locate_head
 from ..layouts.table import MANIFEST
+from ..manifest import read_manifest_hint
 
 
 def open_target_store(target: str, revision: str | None = None) -> Store:
@@ -43,16 +43,6 @@ def _base_model(store: Store) -> str | None:
         return None
     m = re.search(r"^base_model:\s*\n?\s*-?\s*([\w.\-]+/[\w.\-]+)", text, re.M)
     return m.group(1) if m else None
-
-
-def _read_manifest(store: Store) -> dict[str, Any] | None:
-    if not store.exists(MANIFEST):
-        return None
-    try:
-        obj = json.loads(store.read_bytes(MANIFEST))
-        return obj if isinstance(obj, dict) else None
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 @dataclass
@@ -106,7 +96,7 @@ def build_context(
             "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next",
         )
     loc = locate_head(cat, family)
-    manifest = _read_manifest(store) if use_manifest else None
+    manifest = read_manifest_hint(store) if use_manifest else None
     src_hint = (
         source
         or ((manifest or {}).get("source") or {}).get("repo")

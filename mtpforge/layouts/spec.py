@@ -63,3 +63,7 @@ class LayoutSpec:
     runtime: str
     #: (family) -> Placement; raises ``ValueError`` for a family the layout does not serve
     place: Callable[[FamilySpec], Placement]
+    #: the folder it writes holds a backbone (a separate drafter folder does not: nothing to verify)
+    has_backbone: bool = True
+    #: its runtime loads MoE experts in the source format (per-expert / fused)
+    source_experts: bool = True
