@@ -34,7 +34,7 @@ def _console(as_json: bool) -> Console:
 
 
 def run_command(
-    fn: Callable[[], dict[str, Any]],
+    fn: Callable[[], Any],
     *,
     as_json: bool,
     debug: bool,
@@ -62,7 +62,10 @@ def run_command(
         )
         _print_error(err, as_json)
         raise typer.Exit(2) from None
-    code = int(result.pop("exit_code", 0) or 0)
+    if hasattr(result, "as_dict"):  # a typed result: its .ok decides the exit code
+        code, result = (0 if result.ok else 1), result.as_dict()
+    else:
+        code = int(result.pop("exit_code", 0) or 0)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
     elif render is not None:
@@ -120,11 +123,13 @@ def _option_params(model: type[BaseModel]) -> list[inspect.Parameter]:
 def _add_mtp_cmd(*, as_json: bool = False, debug: bool = False, **kw: Any) -> None:
     """Fetch the source's MTP head, transform it for the runtime, and write it atomically."""
     from .options import AddOptions
-    from .pipeline import add_mtp
+    from .pipeline import execute, plan_add_mtp
     from .render import render_add
 
-    run_command(lambda: add_mtp(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=True),
-                as_json=as_json, debug=debug, render=render_add)
+    def call() -> Any:
+        return execute(plan_add_mtp(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None})))
+
+    run_command(call, as_json=as_json, debug=debug, render=render_add)
 
 
 def _with_options(fn: Callable[..., None], model: type[BaseModel]) -> Callable[..., None]:
