@@ -108,3 +108,28 @@ def test_nothing_is_defined_that_nothing_uses():
     used = _used_identifiers()
     unused = [f"{where} {kind} {name}" for where, kind, name in _definitions() if used.get(name, 0) == 0]
     assert unused == [], "remove (or use) these:\n" + "\n".join(unused)
+
+
+def test_lowest_constraints_pin_every_floor():
+    """CI's lowest-dependencies run pins exactly the floors pyproject.toml declares."""
+    import re
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for spec in deps["dependencies"] + deps["optional-dependencies"]["dev"]:
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?>=([0-9.]+)", spec)
+        assert m, f"{spec} has no floor"
+        floors[m.group(1).lower().replace("_", "-")] = m.group(2)
+    pins = {}
+    for line in (ROOT / ".ci" / "lowest-constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    for name, floor in floors.items():
+        have = tuple(int(x) for x in pins[name].split("."))
+        want = tuple(int(x) for x in floor.split("."))
+        assert have[:len(want)] == want and not any(have[len(want):]), f"{name}: pinned {pins[name]}, floor {floor}"
