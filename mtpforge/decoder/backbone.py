@@ -8,7 +8,6 @@ its input (pre-norm) and output (post-norm); the embedding and lm_head are the i
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,8 +131,8 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
 
     def classes(config: dict[str, Any]) -> tuple[type, type]:
         # mlx-lm's public per-model modules (one file per model: Model, ModelArgs)
-        arch = importlib.import_module(f"mlx_lm.models.{spec.mlx_lm_module}")
-        return _without_mtp(arch.Model), arch.ModelArgs
+        model_class, args_class = spec.mlx_lm_classes()
+        return _without_mtp(model_class), args_class
 
     try:
         model, config = load_model(path, get_model_classes=classes)

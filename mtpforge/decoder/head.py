@@ -17,7 +17,6 @@ in MLX's convention (``x̂·w``), i.e. already shifted.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Mapping
 
 import mlx.core as mx
@@ -30,8 +29,7 @@ def _layer_factory(family: str, args: Any) -> Any:
     """The backbone family's decoder layer class, built as a full-attention layer."""
     from ..families import FAMILIES
 
-    module, name = FAMILIES[family].head_layer
-    layer = getattr(importlib.import_module(module), name)
+    layer = FAMILIES[family].head_layer()
     return lambda: layer(args, layer_idx=args.full_attention_interval - 1)
 
 

@@ -59,6 +59,24 @@ DIM_KEYS = {
     "IS": "shared_expert_intermediate_size", "V": "vocab_size",
 }
 
+def _dense_classes() -> tuple[type, type]:
+    from mlx_lm.models import qwen3_5
+
+    return qwen3_5.Model, qwen3_5.ModelArgs
+
+
+def _moe_classes() -> tuple[type, type]:
+    from mlx_lm.models import qwen3_5_moe
+
+    return qwen3_5_moe.Model, qwen3_5_moe.ModelArgs
+
+
+def _decoder_layer() -> type:
+    from mlx_lm.models.qwen3_5 import DecoderLayer
+
+    return DecoderLayer
+
+
 QWEN3_5 = FamilySpec(
     name="qwen3_5",
     model_types=("qwen3_5", "qwen3_5_moe", "qwen3_5_mtp"),
@@ -78,13 +96,13 @@ QWEN3_5 = FamilySpec(
     nested_text_config=True,
     default_layout="embedded",
     layouts=("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"),
-    mlx_lm_module="qwen3_5",
+    mlx_lm_classes=_dense_classes,
     lm_module_path=("language_model",),
-    head_layer=("mlx_lm.models.qwen3_5", "DecoderLayer"),
+    head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
 )
 
 QWEN3_5_MOE = replace(
     QWEN3_5, name="qwen3_5_moe", moe=True, mlp_rows=MOE_SHARED_ROWS, expert_rows=EXPERT_ROWS,
-    mlx_lm_module="qwen3_5_moe",
+    mlx_lm_classes=_moe_classes,
 )

@@ -6,6 +6,18 @@ from __future__ import annotations
 from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS
 from .spec import QWEN3_NORM_ROLES, FamilySpec
 
+def _classes() -> tuple[type, type]:
+    from mlx_lm.models import qwen3_next
+
+    return qwen3_next.Model, qwen3_next.ModelArgs
+
+
+def _decoder_layer() -> type:
+    from mlx_lm.models.qwen3_next import Qwen3NextDecoderLayer
+
+    return Qwen3NextDecoderLayer
+
+
 QWEN3_NEXT = FamilySpec(
     name="qwen3_next",
     model_types=("qwen3_next",),
@@ -25,8 +37,8 @@ QWEN3_NEXT = FamilySpec(
     nested_text_config=False,
     default_layout="sidecar",
     layouts=("sidecar", "vllm-mlx"),
-    mlx_lm_module="qwen3_next",
+    mlx_lm_classes=_classes,
     lm_module_path=(),
-    head_layer=("mlx_lm.models.qwen3_next", "Qwen3NextDecoderLayer"),
+    head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
 )

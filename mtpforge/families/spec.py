@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping
+from typing import Callable, Mapping
 
 Shape = tuple[str, ...]
 
@@ -86,12 +86,12 @@ class FamilySpec:
     nested_text_config: bool
     default_layout: str
     layouts: tuple[str, ...]
-    #: the ``mlx_lm.models`` module that holds the family's ``Model`` / ``ModelArgs``
-    mlx_lm_module: str
+    #: mlx-lm's ``Model`` and ``ModelArgs`` classes of the family (imported when called)
+    mlx_lm_classes: Callable[[], tuple[type, type]]
     #: attribute path from mlx-lm's top-level model to the language model module
     lm_module_path: tuple[str, ...]
-    #: (module, class) of the backbone's decoder layer that an MTP layer is built from
-    head_layer: tuple[str, str]
+    #: the backbone's decoder layer class that an MTP layer is built from (imported when called)
+    head_layer: Callable[[], type]
     #: config dimension -> config key (``text_config`` level); ``None`` marks derived ones
     dim_keys: Mapping[str, str] = field(default_factory=dict)
 
