@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import InputError, MtpforgeError
 from .findings import CODES, WARNING
+from .layouts.gguf import GGUF_LAYOUT_NAMES, beside_trunk
 from .options import AddOptions, HeadOptions
 from .runtimes import RUNTIME_NAMES
 
@@ -116,6 +117,7 @@ class Recipe(HeadOptions, _Strict):
     def _consistent(self) -> Recipe:
         # the runtime tables inspect reports from (SPEC §5), so a recipe cannot ask for a pairing
         # that inspect would then fail
+        from .layouts.table import LAYOUTS
         from .runtimes import RUNTIMES
 
         inspect, verify = self.checks.inspect, self.checks.verify
@@ -130,9 +132,10 @@ class Recipe(HeadOptions, _Strict):
             wanted = ("per-expert", "fused") if self.experts == "source" else ("switch_mlp",)
             if not set(wanted) & set(loads):
                 raise _conflict("experts", f"{runtime} loads MoE experts only as {' / '.join(loads)}; set experts: auto")
-        if self.layout == "mlx-vlm-drafter" and self.experts == "source":
+        written = LAYOUTS.get(self.layout) if self.layout else None
+        if written and not written.source_experts and self.experts == "source":
             raise _conflict("experts", "the mlx-vlm drafter loads stacked switch_mlp experts; set experts: auto or switch_mlp")
-        if self.layout == "mlx-vlm-drafter" and verify is not None:
+        if written and not written.has_backbone and verify is not None:
             raise _conflict("checks.verify", "the mlx-vlm drafter is a separate folder without a backbone, so verify has nothing to decode; "
                             "remove checks.verify (inspect still checks the drafter) or write the head into the model with another layout")
         return self
@@ -377,7 +380,7 @@ def load_recipe(path: str | os.PathLike[str]) -> LoadedRecipe:
     family = None
     if local and (Path(source) / "config.json").is_file():
         family = _local_family(Path(source))
-        if family is not None and recipe.layout is not None and not recipe.layout.startswith("gguf-"):
+        if family is not None and recipe.layout is not None and recipe.layout not in GGUF_LAYOUT_NAMES:
             from .families import FAMILIES
 
             if recipe.layout not in FAMILIES[family].layouts:
@@ -467,7 +470,7 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
         return report
 
     folder = added.get("output") or added.get("target") or str(loaded.target)
-    if added.get("layout") == "gguf-mtp":  # checks run on the trunk, which finds its MTP file
+    if beside_trunk(added.get("layout")):  # checks run on the trunk, which finds its MTP file
         folder = added.get("target") or str(loaded.target)
     report.update(status=added.get("status"), written_to=folder, files_written=added.get("files_written", []))
     failures: list[str] = []
