@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import typer
 from pydantic import BaseModel
@@ -120,21 +120,28 @@ def inspect_cmd(
     )
 
 
-def _option_params(model: type[BaseModel]) -> list[inspect.Parameter]:
-    """typer parameters for every field of an options model: ``--field-name``, its default,
-    its choices in ``--help``. Validation stays with the model (one clear line, JSON error)."""
+def _option_params(model: type[BaseModel], only: tuple[str, ...] | None = None,
+                   choices_of: Callable[[str], tuple[str, ...]] | None = None,
+                   help_of: Mapping[str, str] | None = None) -> list[inspect.Parameter]:
+    """typer parameters for the fields of an options model (all, or ``only`` these):
+    ``--field-name``, its default, its choices in ``--help`` (``choices_of`` and ``help_of``
+    narrow them for a command that accepts fewer). Validation stays with the model (one clear
+    line, JSON error)."""
     from .options import choices
 
     params = []
     fields = sorted(model.model_fields.items(), key=lambda nf: not nf[1].is_required())
     for name, f in fields:
+        if only is not None and name not in only:
+            continue
         flag = "--" + name.replace("_", "-")
+        text = (help_of or {}).get(name, f.description)
         if f.annotation is bool:
-            opt, ann = typer.Option(False, flag, help=f.description), bool
+            opt, ann = typer.Option(False, flag, help=text), bool
         else:
             default = ... if f.is_required() else (None if f.default is None else str(f.default))
-            vals = choices(name)
-            opt = typer.Option(default, flag, help=f.description, metavar="|".join(vals) if vals else None)
+            vals = (choices_of or choices)(name)
+            opt = typer.Option(default, flag, help=text, metavar="|".join(vals) if vals else None)
             ann = Optional[str] if default is None else str
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
     return params
@@ -152,8 +159,8 @@ def _add_mtp_cmd(*, as_json: bool = False, debug: bool = False, **kw: Any) -> No
     run_command(call, as_json=as_json, debug=debug, render=render_add)
 
 
-def _with_options(fn: Callable[..., None], model: type[BaseModel]) -> Callable[..., None]:
-    params = _option_params(model) + [
+def _with_options(fn: Callable[..., None], params: list[inspect.Parameter]) -> Callable[..., None]:
+    params = params + [
         inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=JsonOpt, annotation=bool),
         inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, default=DebugOpt, annotation=bool),
     ]
@@ -162,13 +169,55 @@ def _with_options(fn: Callable[..., None], model: type[BaseModel]) -> Callable[.
     return fn
 
 
-def _register_add_mtp() -> None:
+def _convert_cmd(*, hf_path: str, mlx_path: str, quantize: bool, q_group_size: Optional[int], q_bits: Optional[int],
+                 q_mode: str, quant_predicate: Optional[str], dtype: Optional[str], trust_remote_code: bool,
+                 as_json: bool = False, debug: bool = False, **head: Any) -> None:
+    """mlx_lm.convert that keeps the MTP head: same flags, then the head from the same source."""
+    from .convert_with_head import convert
+    from .render import render_convert
+
+    run_command(
+        lambda: convert(
+            hf_path, mlx_path, quantize=quantize, q_group_size=q_group_size, q_bits=q_bits, q_mode=q_mode,
+            dtype=dtype, quant_predicate=quant_predicate, trust_remote_code=trust_remote_code,
+            progress=not as_json, **head,
+        ),
+        as_json=as_json, debug=debug, render=render_convert,
+    )
+
+
+def _convert_params() -> list[inspect.Parameter]:
+    """mlx_lm.convert's flags (its names, aliases and choices), then add-mtp's head flags from
+    ``HeadOptions`` (the fields convert passes on: same name, same meaning)."""
+    from .convert_with_head import DTYPES, HEAD_FIELDS, HEAD_HELP, Q_MODES, QUANT_RECIPES, head_choices
+    from .options import HeadOptions
+
+    def p(name: str, opt: Any, ann: Any) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+
+    return [
+        p("hf_path", typer.Option(..., "--hf-path", "--model", help="Hugging Face model folder or repo id (as mlx_lm.convert)."), str),
+        p("mlx_path", typer.Option("mlx_model", "--mlx-path", help="Folder to write (must not exist, as mlx_lm.convert)."), str),
+        p("quantize", typer.Option(False, "-q", "--quantize", help="Generate a quantized model."), bool),
+        p("q_group_size", typer.Option(None, "--q-group-size", help="Group size for quantization."), Optional[int]),
+        p("q_bits", typer.Option(None, "--q-bits", help="Bits per weight for quantization."), Optional[int]),
+        p("q_mode", typer.Option("affine", "--q-mode", metavar="|".join(Q_MODES), help="Quantization mode."), str),
+        p("quant_predicate", typer.Option(None, "--quant-predicate", metavar="|".join(QUANT_RECIPES),
+                                          help="Mixed-precision recipe (mlx-lm's)."), Optional[str]),
+        p("dtype", typer.Option(None, "--dtype", metavar="|".join(DTYPES),
+                                help="Type of the unquantized weights (default: the config's torch_dtype)."), Optional[str]),
+        p("trust_remote_code", typer.Option(False, "--trust-remote-code", help="Trust remote code when loading the tokenizer."), bool),
+    ] + _option_params(HeadOptions, only=HEAD_FIELDS, choices_of=head_choices, help_of=HEAD_HELP)
+
+
+def _register_option_commands() -> None:
     from .options import AddOptions
 
-    app.command("add-mtp")(_with_options(_add_mtp_cmd, AddOptions))
+    app.command("add-mtp")(_with_options(_add_mtp_cmd, _option_params(AddOptions)))
+    app.command("convert")(_with_options(_convert_cmd, _convert_params()))
 
 
-_register_add_mtp()
+_register_option_commands()
 
 
 @app.command("remove-mtp")

@@ -7,7 +7,7 @@ option is one new field here (mergekit's validated frozen config).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
@@ -73,6 +73,23 @@ class HeadOptions(BaseModel):
     def _precision(cls, v: Any) -> Any:
         return normalise_precision(v)
 
+    @classmethod
+    def parse(cls: type[_Options], **kw: Any) -> _Options:
+        """Validate, turning the first problem into one line naming the flag (for add-mtp and
+        for ``convert``, which takes the head's fields as its own flags)."""
+        try:
+            return cls(**kw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else "options"
+            flag = "--" + name.replace("_", "-")
+            return_choices = choices(name) if name in AddOptions.model_fields else ()
+            fix = f"use one of: {', '.join(return_choices)}" if return_choices else f"see `mtpforge add-mtp --help` for {flag}"
+            raise InputError(f"{flag}: {err['msg']}", fix) from None
+
+
+_Options = TypeVar("_Options", bound=HeadOptions)
+
 
 class AddOptions(HeadOptions):
     """One add-mtp run (``mtpforge add-mtp`` and :func:`mtpforge.pipeline.add_mtp`)."""
@@ -81,19 +98,6 @@ class AddOptions(HeadOptions):
     target: PathText = Field(..., description="MLX model folder (or llama.cpp .gguf trunk) to add the head to.")
     output: Optional[PathText] = Field(None, description="Write a new folder instead of changing TARGET.")
     dry_run: bool = Field(False, description="Print the plan; change nothing, download no tensor data.")
-
-    @classmethod
-    def parse(cls, **kw: Any) -> "AddOptions":
-        """Validate, turning the first problem into one line naming the flag."""
-        try:
-            return cls(**kw)
-        except ValidationError as e:
-            err = e.errors()[0]
-            name = str(err["loc"][0]) if err["loc"] else "options"
-            flag = "--" + name.replace("_", "-")
-            return_choices = choices(name)
-            fix = f"use one of: {', '.join(return_choices)}" if return_choices else f"see `mtpforge add-mtp --help` for {flag}"
-            raise InputError(f"{flag}: {err['msg']}", fix) from None
 
 
 def choices(field: str) -> tuple[str, ...]:

@@ -178,3 +178,19 @@ def render_repair(r: dict[str, Any], console: Console) -> None:
                   f"in {r['target']} (evidence: {r.get('evidence')}):")
     for k, o in (r.get("changed_norms") or {}).items():
         console.print(f"  {k}: {o}")
+
+
+def render_convert(r: dict[str, Any], console: Console) -> None:
+    t = Table(title=f"mtpforge convert {r['source']}", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    q = (r.get("quantization") or {}).get("default")
+    for k, v in (("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),
+                 ("quantization", f"{q['bits']}-bit, group {q['group_size']}, {q['mode']}" if q else "none"),
+                 ("layout", r["layout"]), ("MTP tensors", f"{r['mtp_tensors']} ({_human_bytes(r['mtp_bytes'])})"),
+                 ("downloaded again for the head", _human_bytes(r["fetched_bytes"]))):
+        t.add_row(k, str(v))
+    console.print(t)
+    for note in r.get("notes", []):
+        console.print(f"[yellow]note:[/yellow] {note}")
+    render_findings(r.get("findings", []), console)
