@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+from enum import Enum
+from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional
 
 import typer
@@ -17,6 +19,8 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
+from .output_schema import OUTPUT_NAMES
+from .runtimes import RUNTIME_NAMES
 
 app = typer.Typer(
     add_completion=False,
@@ -29,6 +33,22 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object on stdout; h
 DebugOpt = typer.Option(False, "--debug", help="Show tracebacks.")
 
 
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+FormatOpt = typer.Option(
+    OutputFormat.text, "--format", case_sensitive=False,
+    help="text | json (= --json) | github (workflow-command annotations on stdout, the report on stderr).")
+
+
+def _machine(as_json: bool, fmt: OutputFormat) -> bool:
+    """Progress is for people at a terminal: off for --json and --format json|github."""
+    return as_json or fmt is not OutputFormat.text
+
+
 def _console(as_json: bool) -> Console:
     return Console(stderr=True) if as_json else Console()
 
@@ -39,18 +59,29 @@ def run_command(
     as_json: bool,
     debug: bool,
     render: Callable[[dict[str, Any], Console], None] | None = None,
+    fmt: OutputFormat = OutputFormat.text,
+    command: str = "",
 ) -> None:
-    """Run one API call and exit with the contract's code."""
-    console = _console(as_json)
+    """Run one API call and exit with the contract's code.
+
+    ``--format github`` prints workflow-command annotations on stdout and the human report on
+    stderr; with ``GITHUB_STEP_SUMMARY`` set, a Markdown summary is appended there whatever the
+    format."""
+    from .github import annotations, summary_markdown, write_step_summary
+    from .output_schema import SCHEMA_VERSION
+
+    as_json = as_json or fmt is OutputFormat.json
+    github = fmt is OutputFormat.github and not as_json
+    console = _console(as_json or github)
     try:
         result = fn()
     except MtpforgeError as e:
         if debug:
             raise
-        _print_error(e, as_json)
+        _print_error(e, as_json, github, command)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
-        _print_error(_interrupted(), as_json)
+        _print_error(_interrupted(), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
         if debug:
@@ -60,17 +91,22 @@ def run_command(
             "re-run with --debug and report the traceback (include `mtpforge env`)",
             code="INTERNAL",
         )
-        _print_error(err, as_json)
+        _print_error(err, as_json, github, command)
         raise typer.Exit(2) from None
     _ignore_sigint()  # the work is done (and committed): a late Ctrl-C must not turn it into a traceback
     if hasattr(result, "as_dict"):  # a typed result: its .ok decides the exit code
         code, result = (0 if result.ok else 1), result.as_dict()
     else:
         code = int(result.pop("exit_code", 0) or 0)
+    write_step_summary(summary_markdown(command, result, exit_code=code))
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
-    elif render is not None:
-        render(result, console)
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **result}, indent=2, default=str) + "\n")
+    else:
+        if render is not None:
+            render(result, console)
+        if github:
+            for line in annotations(command, result):
+                sys.stdout.write(line + "\n")
     raise typer.Exit(code)
 
 
@@ -93,21 +129,29 @@ def _ignore_sigint() -> None:
         pass
 
 
-def _print_error(e: MtpforgeError, as_json: bool) -> None:
+def _print_error(e: MtpforgeError, as_json: bool, github: bool = False, command: str = "") -> None:
+    from .github import error_annotation, summary_markdown, write_step_summary
+    from .output_schema import SCHEMA_VERSION
+
     line = f"error: {e.message}" + (f" — fix: {e.fix}" if e.fix else "")
     Console(stderr=True, highlight=False, soft_wrap=True).print(line, markup=False)
+    write_step_summary(summary_markdown(command, None, e.as_dict(), exit_code=e.exit_code))
     if as_json:
-        sys.stdout.write(json.dumps({"error": e.as_dict()}) + "\n")
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "error": e.as_dict()}) + "\n")
+    elif github:
+        sys.stdout.write(error_annotation(command, e.as_dict()) + "\n")
 
 
 @app.command("inspect")
 def inspect_cmd(
     target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="mlx-lm | mlx-lm-mtp | vllm-mlx | exo | mtplx | mlx-vlm"),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="|".join(RUNTIME_NAMES),
+                                          help="Add this runtime's compatibility findings."),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Revision of TARGET when it is a repo id."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """Report what a checkpoint holds and every MTP problem it has."""
@@ -116,7 +160,7 @@ def inspect_cmd(
 
     run_command(
         lambda: inspect_checkpoint(target, source=source, runtime=runtime, strict=strict, revision=revision),
-        as_json=as_json, debug=debug, render=render_inspect,
+        as_json=as_json, debug=debug, render=render_inspect, fmt=fmt, command="inspect",
     )
 
 
@@ -147,21 +191,22 @@ def _option_params(model: type[BaseModel], only: tuple[str, ...] | None = None,
     return params
 
 
-def _add_mtp_cmd(*, as_json: bool = False, debug: bool = False, **kw: Any) -> None:
+def _add_mtp_cmd(*, as_json: bool = False, fmt: OutputFormat = OutputFormat.text, debug: bool = False, **kw: Any) -> None:
     """Fetch the source's MTP head, transform it for the runtime, and write it atomically."""
     from .options import AddOptions
     from .pipeline import add
     from .render import render_add
 
     def call() -> Any:
-        return add(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=not as_json)
+        return add(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=not _machine(as_json, fmt))
 
-    run_command(call, as_json=as_json, debug=debug, render=render_add)
+    run_command(call, as_json=as_json, debug=debug, render=render_add, fmt=fmt, command="add-mtp")
 
 
 def _with_options(fn: Callable[..., None], params: list[inspect.Parameter]) -> Callable[..., None]:
     params = params + [
         inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=JsonOpt, annotation=bool),
+        inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default=FormatOpt, annotation=OutputFormat),
         inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, default=DebugOpt, annotation=bool),
     ]
     fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -171,7 +216,7 @@ def _with_options(fn: Callable[..., None], params: list[inspect.Parameter]) -> C
 
 def _convert_cmd(*, hf_path: str, mlx_path: str, quantize: bool, q_group_size: Optional[int], q_bits: Optional[int],
                  q_mode: str, quant_predicate: Optional[str], dtype: Optional[str], trust_remote_code: bool,
-                 as_json: bool = False, debug: bool = False, **head: Any) -> None:
+                 as_json: bool = False, fmt: OutputFormat = OutputFormat.text, debug: bool = False, **head: Any) -> None:
     """mlx_lm.convert that keeps the MTP head: same flags, then the head from the same source."""
     from .convert_with_head import convert
     from .render import render_convert
@@ -180,9 +225,9 @@ def _convert_cmd(*, hf_path: str, mlx_path: str, quantize: bool, q_group_size: O
         lambda: convert(
             hf_path, mlx_path, quantize=quantize, q_group_size=q_group_size, q_bits=q_bits, q_mode=q_mode,
             dtype=dtype, quant_predicate=quant_predicate, trust_remote_code=trust_remote_code,
-            progress=not as_json, **head,
+            progress=not _machine(as_json, fmt), **head,
         ),
-        as_json=as_json, debug=debug, render=render_convert,
+        as_json=as_json, debug=debug, render=render_convert, fmt=fmt, command="convert",
     )
 
 
@@ -224,13 +269,15 @@ _register_option_commands()
 def remove_mtp_cmd(
     target: str = typer.Argument(..., help="MLX model folder that add-mtp changed."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """Remove what add-mtp added, restoring the folder's previous state."""
     from .pipeline import remove_mtp
     from .render import render_remove
 
-    run_command(lambda: remove_mtp(target), as_json=as_json, debug=debug, render=render_remove)
+    run_command(lambda: remove_mtp(target, progress=not _machine(as_json, fmt)), as_json=as_json, debug=debug,
+                render=render_remove, fmt=fmt, command="remove-mtp")
 
 
 @app.command("repair-norms")
@@ -240,14 +287,16 @@ def repair_norms_cmd(
     revision: Optional[str] = typer.Option(None, "--revision", help="Source revision."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; change nothing."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """Put the head's RMSNorms into MLX's convention in place; refuses unless the evidence is decisive."""
     from .render import render_repair
     from .repair import repair_norms
 
-    run_command(lambda: repair_norms(target, source=source, revision=revision, dry_run=dry_run, progress=not as_json),
-                as_json=as_json, debug=debug, render=render_repair)
+    run_command(lambda: repair_norms(target, source=source, revision=revision, dry_run=dry_run,
+                                     progress=not _machine(as_json, fmt)),
+                as_json=as_json, debug=debug, render=render_repair, fmt=fmt, command="repair-norms")
 
 
 @app.command("verify")
@@ -265,6 +314,7 @@ def verify_cmd(
     llama_server: Optional[str] = typer.Option(None, "--llama-server", help="GGUF targets: the llama-server binary (default: PATH)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="GGUF targets: the MTP-only GGUF (default: the mtp-*.gguf beside it)."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """Decode with the head on the target's own backbone: identity, acceptance, speed."""
@@ -280,12 +330,12 @@ def verify_cmd(
         res = verify(
             target, generate=generate, prompts=prompt or None, max_tokens=max_tokens, depth=depth,
             hidden=hidden, temp=temp, seed=seed, min_acceptance=min_acceptance, record=record,
-            progress=not as_json, llama_server=llama_server, draft=draft,
+            progress=not _machine(as_json, fmt), llama_server=llama_server, draft=draft,
         )
         res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
         return res
 
-    run_command(call, as_json=as_json, debug=debug, render=render_verify)
+    run_command(call, as_json=as_json, debug=debug, render=render_verify, fmt=fmt, command="verify")
 
 
 @app.command("run")
@@ -294,45 +344,81 @@ def run_cmd(
     validate: bool = typer.Option(False, "--validate", help="Schema and static checks only (offline)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and plan; download no tensor data."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """Run a recipe: add-mtp with its options, then its checks."""
     from .recipe import run_recipe
     from .render import render_run
 
-    run_command(lambda: run_recipe(recipe, validate=validate, dry_run=dry_run, progress=not as_json),
-                as_json=as_json, debug=debug, render=render_run)
+    run_command(lambda: run_recipe(recipe, validate=validate, dry_run=dry_run, progress=not _machine(as_json, fmt)),
+                as_json=as_json, debug=debug, render=render_run, fmt=fmt, command="run")
+
+
+SchemaName = Enum("SchemaName", {n: n for n in ("recipe", *OUTPUT_NAMES)}, type=str)  # type: ignore[misc]
 
 
 @app.command("schema")
-def schema_cmd() -> None:
-    """Print the recipe JSON Schema."""
-    from .recipe import recipe_schema
+def schema_cmd(
+    output: Optional[SchemaName] = typer.Option(  # type: ignore[valid-type]
+        None, "--output", case_sensitive=False,
+        help="Whose JSON Schema: recipe (the recipe file, the default) or a command's versioned --json output."),
+) -> None:
+    """Print a JSON Schema: the recipe format, or a command's versioned --json output."""
+    if output is None or output.value == "recipe":
+        from .recipe import recipe_schema
 
-    sys.stdout.write(json.dumps(recipe_schema(), indent=2) + "\n")
+        schema = recipe_schema()
+    else:
+        from .output_schema import output_schema
+
+        schema = output_schema(output.value)
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
+
+
+@app.command("annotate", hidden=True)
+def annotate_cmd(
+    report: str = typer.Argument(..., help="A --json report that mtpforge wrote."),
+    command: str = typer.Option(..., "--command", help="The command that wrote it (inspect, run, ...)."),
+) -> None:
+    """GitHub workflow-command annotations for a saved --json report (the Action uses it, so
+    that one run gives both the report and the annotations)."""
+    from .github import annotations, error_annotation
+
+    try:
+        obj = json.loads(Path(report).read_text("utf-8"))
+    except (OSError, ValueError) as e:
+        _print_error(InputError(f"cannot read the report {report}: {e}", "pass the file that --json wrote"), False)
+        raise typer.Exit(2) from None
+    lines = [error_annotation(command, obj["error"])] if isinstance(obj.get("error"), dict) else annotations(command, obj)
+    for line in lines:
+        sys.stdout.write(line + "\n")
 
 
 @app.command("demo")
 def demo_cmd(
     directory: Optional[str] = typer.Argument(None, help="Work folder (default: a new temporary folder)."),
     as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
 ) -> None:
     """The main job end to end on the bundled tiny trained model, offline."""
     from .demo import run_demo
     from .render import render_demo
 
-    run_command(lambda: run_demo(directory, progress=not as_json), as_json=as_json, debug=debug, render=render_demo)
+    run_command(lambda: run_demo(directory, progress=not _machine(as_json, fmt)), as_json=as_json, debug=debug,
+                render=render_demo, fmt=fmt, command="demo")
 
 
 @app.command("env")
 def env_cmd(as_json: bool = JsonOpt) -> None:
     """Versions of mtpforge and its dependencies, for bug reports."""
     from .envinfo import env_info
+    from .output_schema import SCHEMA_VERSION
 
     info = env_info()
     if as_json:
-        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **info}, indent=2) + "\n")
     else:
         for k, v in info.items():
             typer.echo(f"{k}: {v}")
