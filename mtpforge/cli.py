@@ -313,6 +313,7 @@ def verify_cmd(
     record: bool = typer.Option(False, "--record", help="Write the measured variant and acceptance to the manifest."),
     llama_server: Optional[str] = typer.Option(None, "--llama-server", help="GGUF targets: the llama-server binary (default: PATH)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="GGUF targets: the MTP-only GGUF (default: the mtp-*.gguf beside it)."),
+    report: Optional[str] = typer.Option(None, "--report", help="Also write the figures as a page: FILE.html (with plots) or FILE.md."),
     as_json: bool = JsonOpt,
     fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
@@ -325,6 +326,12 @@ def verify_cmd(
             raise InputError(f"--hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
         if seed is not None and not 0 <= seed < 2**32:
             raise InputError(f"--seed must be between 0 and {2**32 - 1}, not {seed}", "e.g. --seed 0")
+        if report is not None:
+            from .report_page import report_format
+
+            report_format(report)
+            if not generate:
+                raise InputError("--report needs --generate (the page shows the decoding figures)", "add --generate")
         from .verify import verify
 
         res = verify(
@@ -333,6 +340,10 @@ def verify_cmd(
             progress=not _machine(as_json, fmt), llama_server=llama_server, draft=draft,
         )
         res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
+        if report is not None:
+            from .report_page import write_report
+
+            res["report"] = write_report(report, res)
         return res
 
     run_command(call, as_json=as_json, debug=debug, render=render_verify, fmt=fmt, command="verify")

@@ -86,6 +86,9 @@ class VerifyOutput(_Out):
     baseline_tok_s: Optional[float] = None
     mtp_tok_s: Optional[float] = None
     speedup: Optional[float] = None
+    per_prompt: Optional[List[Dict[str, Any]]] = Field(
+        None, description="With --generate: prompt, tokens, drafted, accepted and acceptance for each prompt.")
+    report: Optional[str] = Field(None, description="With --report: the page written.")
     problems: List[str]
 
 

@@ -91,6 +91,7 @@ def verify(
     greedy = temp <= 0.0
     divergences = _divergences(bb, encoded, texts, plain, runs, per_variant, report["problems"])
     report.update({k: v for k, v in chosen.items() if k != "differences"})
+    report["per_prompt"] = _per_prompt(texts, runs[best], plain)
     report.update(
         identical=(not divergences) if greedy else None,
         divergences=divergences,
@@ -211,6 +212,18 @@ def _decode(bb: Any, head: Any, encoded: list[list[int]], variants: list[str], *
         stats["differences"] = [(i, d) for i, d in diffs if d is not None] if temp <= 0.0 else []
         per_variant[v] = stats
     return plain, runs, per_variant
+
+
+#: the figures verify reports for each prompt (``per_prompt``; verify --report plots them)
+PER_PROMPT_KEYS = ("tokens", "drafted", "accepted", "acceptance", "acceptance_by_position", "speedup")
+
+
+def _per_prompt(texts: list[str], runs: list[Any], plain: list[Any]) -> list[dict[str, Any]]:
+    """The chosen variant's figures prompt by prompt: where the head drafts well and where not."""
+    from .decoder.stats import summarize
+
+    return [{"prompt": t, **{k: v for k, v in summarize([r], [b]).items() if k in PER_PROMPT_KEYS}}
+            for t, r, b in zip(texts, runs, plain)]
 
 
 def _divergences(bb: Any, encoded: list[list[int]], texts: list[str], plain: list[Any], runs: dict[str, list[Any]],

@@ -92,7 +92,8 @@ def verify_gguf(
         "baseline_tok_s": b_tps, "mtp_tok_s": m_tps,
         "speedup": (m_tps / b_tps) if b_tps and m_tps else None,
         "wall_s": {"plain": round(t_plain, 2), "mtp": round(t_spec, 2)},
-        "per_prompt": [{"drafted": c.drafted, "accepted": c.accepted, "tokens": len(c.tokens)} for c in spec],
+        "per_prompt": [{"prompt": t, "tokens": len(c.tokens), "drafted": c.drafted, "accepted": c.accepted,
+                        "acceptance": c.accepted / c.drafted if c.drafted else 0.0} for t, c in zip(texts, spec)],
         "problems": problems, "ok": not problems, "exit_code": 1 if problems else 0,
         "notes": ["llama.cpp feeds its MTP head the post-norm hidden state"],
     }
