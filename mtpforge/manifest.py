@@ -23,6 +23,7 @@ from .errors import MtpforgeError, RefusedError
 from .checkpoint.catalogue import INDEX_FILE
 from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
 from .layouts.write import dump_json
+from .model_card import CARD, find, refreshed, section_sha, take_out, write_atomic
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -113,11 +114,14 @@ def read_manifest_hint(store: Store) -> dict[str, Any] | None:
 
 
 def head_intact(folder: Path, manifest: dict[str, Any]) -> bool:
-    """Whether the files the manifest hashed still hold the bytes add-mtp wrote."""
+    """Whether the files the manifest hashed still hold the bytes add-mtp wrote (the model card
+    aside: it is the user's to edit, and says nothing of the head's bytes)."""
     hashes = manifest.get("file_sha256")
     if not isinstance(hashes, dict) or not hashes:
         return False
     for rel, sha in hashes.items():
+        if rel == CARD:
+            continue
         p = folder / rel
         if not isinstance(rel, str) or p.is_symlink() or not p.is_file() or file_sha(p) != sha:
             return False
@@ -198,6 +202,27 @@ def edit_record(rel: str, before: dict[str, Any], before_bytes: bytes | None, af
     old = json.loads(before_bytes) if before_bytes is not None else None
     rec["patch"] = patch_of(rel, old, json.loads(after_bytes)) if isinstance(old, dict) else None
     return rec
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_card(manifest: dict[str, Any], *, before: bytes | None, link: str | None, after: bytes, separator: str,
+                section_text: str) -> None:
+    """Record the model card add-mtp wrote (``model_card.write_section``) with the same proof as
+    every file it writes: created -> listed as added and hashed; edited -> an edit record
+    (how it was: a file or a link, hashes before and after). ``model_card`` holds the separator
+    put before the section and the hashes of the sections mtpforge wrote (verify --record adds
+    the refreshed one), so undo takes out a section only when it is one of them."""
+    if before is None:
+        manifest["added"].insert(len(manifest["added"]) - 1, CARD)  # before the manifest itself
+        manifest["file_sha256"][CARD] = _sha(after)
+    else:
+        rec: dict[str, Any] = {"kind": "symlink", "target": link} if link is not None else {"kind": "file"}
+        manifest["changed"][CARD] = {**rec, "sha256": _sha(before), "after_sha256": _sha(after)}
+    manifest["model_card"] = {"file": CARD, "separator": separator,
+                              "section_sha256": [_sha(section_text.encode("utf-8"))]}
 
 
 # ----------------------------------------------------------------------------- undo, checked
@@ -289,15 +314,83 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
     if not drafter and "config.json" not in changed:
         raise _refuse(folder, "it does not record how config.json looked before add-mtp")
     for rel in added:
-        if rel != MANIFEST and _added_file_removable(folder, rel, hashes, drafter):
+        if rel not in (MANIFEST, CARD) and _added_file_removable(folder, rel, hashes, drafter):
             plan.remove.append(rel)
     plan.remove.append(MANIFEST)
+    _plan_card(folder, manifest, plan)
     for rel, before in changed.items():
+        if rel == CARD:
+            continue  # planned above
         if rel not in EDITED_FILES or (drafter and rel in added):
             raise _refuse(folder, f"it asks to restore {rel}, a file add-mtp never edits")
         _plan_restore(folder, rel, before, plan)
     _check_index_after(folder, plan)
     return plan
+
+
+def _card_record(folder: Path, manifest: dict[str, Any]) -> tuple[str, list[Any], str | None, dict[str, Any] | None]:
+    """The card's record, checked for shape: separator, section hashes, the hash of the card
+    add-mtp left, and the edit record (None: add-mtp created the card)."""
+    added, changed, hashes = manifest.get("added") or [], manifest.get("changed") or {}, manifest.get("file_sha256") or {}
+    rec, edited = manifest.get("model_card"), changed.get(CARD)
+    if CARD in added and edited is not None:
+        raise _refuse(folder, f"it records {CARD} as both added and edited")
+    if not isinstance(rec, dict) or rec.get("separator") not in ("", "\n", "\n\n") \
+            or not isinstance(rec.get("section_sha256"), list) or not rec["section_sha256"]:
+        raise _refuse(folder, f"its record of {CARD} is malformed")
+    after = hashes.get(CARD) if edited is None else edited.get("after_sha256")
+    if edited is not None and (edited.get("kind") not in ("file", "symlink") or not isinstance(edited.get("sha256"), str)):
+        raise _refuse(folder, f"its record of {CARD} is malformed")
+    return rec["separator"], rec["section_sha256"], after if isinstance(after, str) else None, edited
+
+
+def _plan_card(folder: Path, manifest: dict[str, Any], plan: UndoPlan) -> None:
+    """Take the card's section out, only when it is one mtpforge wrote (its hash is recorded).
+    The card is then: removed, when add-mtp created it and nothing else was written into it;
+    the bytes it had (or the link it was), when it is still exactly as add-mtp left it; else the
+    current card without the section (the user's later edits kept). Nothing recorded in the
+    manifest is ever written back, so a hostile record cannot put text into the card."""
+    if CARD not in (manifest.get("added") or []) and CARD not in (manifest.get("changed") or {}):
+        return  # add-mtp did not touch the card (or left it alone)
+    sep, sections, after_sha, edited = _card_record(folder, manifest)
+    p = folder / CARD
+    if not os.path.lexists(p):
+        plan.kept_edits.append(CARD)  # deleted since: the user's choice stands
+        return
+    if p.is_symlink() or not p.is_file():
+        raise _refuse(folder, f"{CARD} is not the file add-mtp wrote")
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if find(text) is None:
+        plan.kept_edits.append(CARD)  # the section was taken out by hand: nothing of mtpforge's is left
+        return
+    if section_sha(text) not in sections:
+        raise UntrustedManifest(
+            f"{CARD}'s MTP head section was edited after add-mtp, so removing the head would discard that edit; nothing was changed",
+            f"undo the edit inside the section (between the mtpforge:mtp-head comments), or delete the section by hand")
+    rest = take_out(text, sep).encode("utf-8")
+    unchanged = after_sha == _sha(data)
+    if edited is None:
+        if unchanged or not rest.strip():
+            plan.remove.append(CARD)
+        else:
+            plan.write[CARD] = rest
+            plan.kept_edits.append(CARD)
+    elif not unchanged:
+        plan.write[CARD] = rest
+        plan.kept_edits.append(CARD)
+    elif _sha(rest) != edited["sha256"]:
+        raise _refuse(folder, f"its record of {CARD} does not match the card add-mtp left")
+    elif edited["kind"] == "symlink":
+        dest = _link_allowed(folder, edited.get("target"))  # type: ignore[arg-type]
+        if dest is None or _sha(dest.read_bytes()) != edited["sha256"]:
+            raise _refuse(folder, f"it asks to make {CARD} a link to {str(edited.get('target'))[:80]!r}, which is not the card it was")
+        plan.link[CARD] = edited["target"]
+    else:
+        plan.write[CARD] = rest
 
 
 def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafter: bool) -> bool:
@@ -521,6 +614,9 @@ def _write_measurement(head_folder: Path, report: dict[str, Any], expect: bytes 
         "prompts": report["prompts"], "identical": report["identical"],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mtpforge_version": __version__,
     }
+    card = _refresh_card(head_folder, manifest)
+    # the manifest first: it then vouches for the old section and the new one, so a crash
+    # between the two renames leaves a card remove-mtp can still prove
     fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".json.tmp", dir=head_folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -531,7 +627,35 @@ def _write_measurement(head_folder: Path, report: dict[str, Any], expect: bytes 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if card is not None:
+        write_atomic(head_folder / CARD, card)
     return str(path)
 
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "record_measurement", "undo", "plan_undo", "apply_undo", "UndoPlan", "UntrustedManifest", "edit_record"]
+def _refresh_card(folder: Path, manifest: dict[str, Any]) -> bytes | None:
+    """The card with its section showing the recorded figures (None: no section mtpforge can
+    vouch for), and the manifest's card record updated to match: the new section's hash added,
+    the card's hash moved on only when the card was exactly as add-mtp left it (else the
+    user's edits elsewhere stay "edits" for remove-mtp)."""
+    p = folder / CARD
+    if p.is_symlink() or not p.is_file():
+        return None
+    try:
+        data = p.read_bytes()
+        new = refreshed(data.decode("utf-8"), manifest)
+    except (OSError, UnicodeDecodeError):
+        return None
+    if new is None:
+        return None
+    out = new.encode("utf-8")
+    rec = manifest["model_card"]
+    rec["section_sha256"] = list(dict.fromkeys([*rec["section_sha256"], section_sha(new)]))
+    hashes, edited = manifest.get("file_sha256") or {}, (manifest.get("changed") or {}).get(CARD)
+    if isinstance(edited, dict) and edited.get("after_sha256") == _sha(data):
+        edited["after_sha256"] = _sha(out)
+    elif edited is None and hashes.get(CARD) == _sha(data):
+        hashes[CARD] = _sha(out)
+    return out
+
+
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "record_measurement", "undo", "plan_undo", "apply_undo", "UndoPlan", "UntrustedManifest", "edit_record", "record_card"]

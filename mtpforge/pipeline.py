@@ -25,6 +25,7 @@ from .layouts.quant import quant_defaults
 from .layouts.spec import Placement
 from .layouts.table import DRAFTER_MODEL_TYPE, LAYOUTS, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob, placement
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
+from .model_card import CARD, write_section
 from .manifest import (UntrustedManifest, apply_undo, build_manifest, edit_record, entry, file_sha, head_intact,
                        plan_undo, read_manifest, undo)
 from .options import AddOptions
@@ -230,6 +231,8 @@ class AddPlan:
             files.append(INDEX_FILE)
         if pl.vllm_manifest and not pl.separate_folder:
             files.append(VLLM_MLX_MANIFEST)
+        if not pl.separate_folder:
+            files.append(CARD)  # the model card's MTP head section (a drafter folder has no card)
         return [str(self.dest / f) for f in files]
 
     def result(self) -> AddResult:
@@ -445,14 +448,18 @@ def _write(plan: AddPlan, ex: _Existing, read: Reader, result: AddResult, prog: 
         changed = {rel: edit_record(rel, e, before_bytes[rel], stage.path(rel).read_bytes())
                    for rel, e in before.items() if rel in written}
         file_sha256 = {head.file: scan.file_sha256, **{rel: file_sha(stage.path(rel)) for rel in side}}
-        stage.write_bytes(MANIFEST, dump_json(_manifest(plan, head_infos, scan, added, changed, file_sha256)))
+        manifest = _manifest(plan, head_infos, scan, added, changed, file_sha256)
+        card_note = None if pl.separate_folder else write_section(stage, manifest)  # README.md, recorded in it
+        notes += [card_note] if card_note else []
+        stage.write_bytes(MANIFEST, dump_json(manifest))
         prog.step("validating the staged folder")
         check = _validate(stage, scan, plan.target)
         prog.step("committing")
         stage.commit()
     result.status = "written"
     result.files_written = [str(plan.dest / f) for f in sorted(set(added + [MANIFEST, "config.json"])
-                                                              | ({INDEX_FILE} if pl.in_index else set()))]
+                                                              | ({INDEX_FILE} if pl.in_index else set())
+                                                              | ({CARD} if "model_card" in manifest else set()))]
     result.notes += notes
     # the staged check cannot see provenance (it ignores the manifest on purpose, to judge the
     # files alone), so "convention unknown" there only restates what add-mtp decided

@@ -178,7 +178,7 @@ _json = st.recursive(
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=10), kids, max_size=3),
     max_leaves=12,
 )
-_rels = st.sampled_from(["model.safetensors", "model-mtp.safetensors", "config.json", "tokenizer.json",
+_rels = st.sampled_from(["model.safetensors", "model-mtp.safetensors", "config.json", "tokenizer.json", "README.md",
                          "model.safetensors.index.json", "mtp/weights.safetensors", "mtp/manifest.json",
                          "mtpforge.json", "../x", "/etc/passwd", "sub/y.json"])
 _before = st.one_of(

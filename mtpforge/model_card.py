@@ -1,0 +1,189 @@
+"""The model card (README.md) section that says a folder's MTP head was put back.
+
+On the Hub, a model card is where users look for what a folder holds; a conversion with its head
+restored should say so — from which source and revision, in which layout and precision, and
+how well it drafts once ``verify --record`` measured it. The section sits between two HTML
+comments (invisible when rendered), so it is found again exactly: ``remove-mtp`` (and
+``add-mtp --force`` before it writes the new one) takes it out and leaves the rest of the card
+byte for byte as it was, edits a user made elsewhere in the card included.
+
+The card is one of the files add-mtp writes, so the manifest proves it like the others
+(``manifest.record_card``, ``manifest.plan_undo``): a card add-mtp created is hashed and listed
+as added; an existing card gets an edit record (hashes before and after, the link it was); the
+section's own hash says which section is mtpforge's. Nothing is stored that undo would write
+back: the restored card is the current one without the proven section.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .layouts.table import MANIFEST
+
+if TYPE_CHECKING:
+    from .writer.atomic import StagedFolder
+
+CARD = "README.md"
+BEGIN = "<!-- mtpforge:mtp-head -->"
+END = "<!-- /mtpforge:mtp-head -->"
+
+
+def _precision(m: dict[str, Any]) -> str:
+    p = m.get("precision") or {}
+    d = p.get("default")
+    mods = p.get("modules") or {}
+    quantized = [v for v in mods.values() if isinstance(v, dict)]
+    if not quantized:
+        return f"{p.get('float_dtype', 'bfloat16')} (not quantized)"
+    bits = sorted({q.get("bits") for q in quantized})
+    q = quantized[0]
+    text = f"{'/'.join(map(str, bits))}-bit, group {q.get('group_size')}, {q.get('mode', 'affine')}"
+    return text + ("" if d else " (backbone not quantized)")
+
+
+def section(manifest: dict[str, Any]) -> str:
+    """The section's text, from the manifest alone (what add-mtp wrote and verify recorded)."""
+    src = manifest.get("source") or {}
+    repo = str(src.get("repo") or "the original checkpoint")
+    rev = src.get("revision")
+    where = f"[`{repo}`](https://huggingface.co/{repo})" if not src.get("local") else f"`{repo}` (a local folder)"
+    at = f" at revision `{rev[:12]}`" if rev else ""
+    rows = [
+        ("source", f"{where}{at}"),
+        ("layout", f"{manifest.get('layout')}"),
+        ("MTP layers", str(manifest.get("mtp_layers"))),
+        ("precision", _precision(manifest)),
+        ("norms", "shifted (+1, as mlx-lm's loaders expect)" if manifest.get("norm_convention") == "shifted"
+         else str(manifest.get("norm_convention"))),
+    ]
+    if manifest.get("expert_format") not in (None, "none"):
+        rows.append(("experts", str(manifest["expert_format"])))
+    v = manifest.get("verify")
+    if isinstance(v, dict):
+        by_pos = " · ".join(f"{a:.0%}" for a in v.get("acceptance_by_position") or [])
+        rows.append(("verify", f"acceptance {v.get('acceptance', 0):.1%} at depth {v.get('depth')} "
+                               f"(by position: {by_pos}; {v.get('hidden_state')}-norm hidden state), "
+                               f"output identical to plain greedy: {v.get('identical')}, measured {v.get('measured_at')}"))
+    lines = [BEGIN, "## MTP head", "",
+             f"This folder carries the multi-token-prediction (MTP) head of {where}{at}, put back with "
+             f"mtpforge {manifest.get('mtpforge_version', '')} after conversion dropped it.".replace("  ", " "), "",
+             "| | |", "|---|---|"]
+    lines += [f"| {k} | {v_.replace('|', '/')} |" for k, v_ in rows]
+    lines += ["", "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`.", END]
+    return "\n".join(lines) + "\n"
+
+
+def find(text: str) -> tuple[int, int] | None:
+    """Start and end (past END and its newline) of the section, or None."""
+    a = text.find(BEGIN)
+    if a < 0:
+        return None
+    b = text.find(END, a)
+    if b < 0:
+        return None
+    b += len(END)
+    if text.startswith("\n", b):
+        b += 1
+    return a, b
+
+
+def separator(text: str) -> str:
+    """What goes between the card and the section: a blank line, whatever the card ends with."""
+    if not text:
+        return ""
+    return "\n" if text.endswith("\n") else "\n\n"
+
+
+def put(text: str | None, sec: str, sep: str | None = None) -> tuple[str, str]:
+    """The card with ``sec`` in place of an existing section, or appended. Returns the new text
+    and the separator used (recorded so that ``take_out`` restores the old bytes exactly)."""
+    old = text or ""
+    span = find(old)
+    if span is not None:
+        return old[: span[0]] + sec + old[span[1]:], sep if sep is not None else ""
+    s = separator(old)
+    return old + s + sec, s
+
+
+def take_out(text: str, sep: str) -> str:
+    """The card without the section and the separator ``put`` added."""
+    span = find(text)
+    if span is None:
+        return text
+    a, b = span
+    if sep and text[:a].endswith(sep) and b == len(text):
+        a -= len(sep)
+    return text[:a] + text[b:]
+
+
+def section_sha(text: str) -> str | None:
+    """sha256 of the section as it stands in ``text`` (None: no section): what the manifest
+    records, so remove-mtp takes out only a section mtpforge wrote."""
+    span = find(text)
+    return None if span is None else hashlib.sha256(text[span[0]:span[1]].encode("utf-8")).hexdigest()
+
+
+def write_section(stage: "StagedFolder", manifest: dict[str, Any]) -> str | None:
+    """Put the section into the staged card (a new card when there is none) and record it in
+    ``manifest`` (``manifest.record_card``: hashed when added, an edit record when changed).
+    A card that is a symlink (a Hub cache snapshot's) is replaced by a file, the link recorded.
+    Returns a note when the card is left alone: not a regular UTF-8 file, or already holding a
+    section mtpforge did not record."""
+    from .manifest import record_card
+
+    p = stage.path(CARD)
+    link = os.readlink(p) if p.is_symlink() else None
+    old: str | None = None
+    if os.path.lexists(p):
+        try:
+            old = p.read_bytes().decode("utf-8") if p.is_file() else None  # bytes: CRLF stays CRLF
+        except (OSError, UnicodeDecodeError):
+            old = None
+        if old is None:
+            return f"left {CARD} alone: it is not a readable UTF-8 text file, so the card says nothing of the head"
+        if find(old) is not None:
+            return f"left {CARD} alone: it already has an MTP head section that this folder's {MANIFEST} does not record"
+    sec = section(manifest)
+    new, sep = put(old, sec)
+    before = None if old is None else old.encode("utf-8")
+    after = new.encode("utf-8")
+    stage.write_bytes(CARD, after)
+    record_card(manifest, before=before, link=link, after=after, separator=sep, section_text=sec)
+    return None
+
+
+def refreshed(text: str, manifest: dict[str, Any]) -> str | None:
+    """The card with its section rewritten from ``manifest`` (after ``verify --record``), or
+    None when there is nothing to rewrite: no section, or one the manifest does not vouch for
+    (edited by hand: left as the user made it)."""
+    rec = manifest.get("model_card")
+    if not isinstance(rec, dict) or section_sha(text) not in (rec.get("section_sha256") or []):
+        return None
+    span = find(text)
+    assert span is not None
+    new = text[: span[0]] + section(manifest) + text[span[1]:]
+    return None if new == text else new
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """A temp file beside ``path``, one rename (never through a symlink: the link is replaced)."""
+    fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".md.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.is_file() and not path.is_symlink():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["CARD", "BEGIN", "END", "section", "put", "take_out", "find", "section_sha", "write_section", "refreshed",
+           "write_atomic"]
