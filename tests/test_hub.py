@@ -8,6 +8,8 @@ nothing, and the token travels to the server but nowhere else.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import socket
 from pathlib import Path
@@ -19,6 +21,7 @@ from mtpforge.checkpoint.catalogue import load_catalogue
 from mtpforge.checkpoint.fetch import SLACK, plan_runs
 from mtpforge.checkpoint.safetensors_header import TensorInfo
 from mtpforge.checkpoint.store import LocalStore
+from mtpforge import model_card
 from mtpforge.layouts.table import MANIFEST
 from mtpforge.pipeline import add_mtp
 from tests.checkers import folder_state
@@ -33,8 +36,13 @@ def mtp_source_bytes(src: Path) -> int:
 
 
 def written_state(folder: Path) -> dict[str, str]:
-    """Everything add-mtp writes except its own manifest (which names the source)."""
-    return {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
+    """Everything add-mtp writes except what names the source: its manifest, and the model
+    card's section (the rest of the card must match)."""
+    state = {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
+    card = folder / model_card.CARD
+    if card.is_file():
+        state[model_card.CARD] = hashlib.sha256(model_card.take_out(card.read_text("utf-8"), "\n").encode()).hexdigest()
+    return state
 
 
 def local_reference(hf: Path, tgt: Path, **kw) -> dict[str, str]:
@@ -111,6 +119,7 @@ def test_add_mtp_from_hub_matches_local_and_fetches_only_the_head(hub, synth, ma
     assert r.code == 0, r.stderr
     out = r.json
     assert written_state(tgt) == want
+    assert f"[`{repo}`](https://huggingface.co/{repo}) at revision `{sha[:12]}`" in (tgt / model_card.CARD).read_text()
     head = mtp_source_bytes(src)
     fetched = hub.tensor_bytes(repo)
     assert 0 < fetched <= 1.02 * head, (fetched, head)
