@@ -28,6 +28,19 @@ def folder_state(root: Path) -> dict[str, str]:
     return out
 
 
+def written_state(folder: Path) -> dict[str, str]:
+    """``folder_state`` minus what names the source: add-mtp's manifest, and the model card's
+    section (the rest of the card must match). For comparing a Hub-sourced run with a local one."""
+    from mtpforge import model_card
+    from mtpforge.layouts.table import MANIFEST
+
+    state = {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
+    card = folder / model_card.CARD
+    if card.is_file() and not card.is_symlink():
+        state[model_card.CARD] = hashlib.sha256(model_card.take_out(card.read_bytes().decode("utf-8"), "\n").encode()).hexdigest()
+    return state
+
+
 def load_all(folder: Path, pattern: str = "*.safetensors") -> dict[str, mx.array]:
     out: dict[str, mx.array] = {}
     for f in sorted(folder.rglob(pattern)):

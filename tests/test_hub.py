@@ -8,7 +8,6 @@ nothing, and the token travels to the server but nowhere else.
 
 from __future__ import annotations
 
-import hashlib
 
 import json
 import socket
@@ -24,7 +23,7 @@ from mtpforge.checkpoint.store import LocalStore
 from mtpforge import model_card
 from mtpforge.layouts.table import MANIFEST
 from mtpforge.pipeline import add_mtp
-from tests.checkers import folder_state
+from tests.checkers import folder_state, written_state
 
 VARIANTS = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe", "qwen3_next"]
 HEAD_FILE = {"qwen3_5": "model-mtp.safetensors", "qwen3_5_moe": "model-mtp.safetensors",
@@ -33,16 +32,6 @@ HEAD_FILE = {"qwen3_5": "model-mtp.safetensors", "qwen3_5_moe": "model-mtp.safet
 
 def mtp_source_bytes(src: Path) -> int:
     return sum(i.nbytes for k, i in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp."))
-
-
-def written_state(folder: Path) -> dict[str, str]:
-    """Everything add-mtp writes except what names the source: its manifest, and the model
-    card's section (the rest of the card must match)."""
-    state = {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
-    card = folder / model_card.CARD
-    if card.is_file():
-        state[model_card.CARD] = hashlib.sha256(model_card.take_out(card.read_text("utf-8"), "\n").encode()).hexdigest()
-    return state
 
 
 def local_reference(hf: Path, tgt: Path, **kw) -> dict[str, str]:

@@ -15,10 +15,9 @@ import pytest
 
 from mtpforge.checkpoint.catalogue import load_catalogue
 from mtpforge.checkpoint.store import LocalStore
-from mtpforge.layouts.table import MANIFEST
 from mtpforge.pipeline import add_mtp
 from tests.support.synth.hub_server import API
-from tests.checkers import folder_state
+from tests.checkers import folder_state, written_state
 
 VARIANT = "qwen3_5"
 FAST = {"HF_HUB_DOWNLOAD_TIMEOUT": "1", "HF_HUB_ETAG_TIMEOUT": "2", "MTPFORGE_HTTP_RETRY_WAIT": "0.02"}
@@ -43,10 +42,6 @@ FAILS = {
     "Range ignored with --fetch ranges": (dict(kind="ignore_range", times=-1), ("--fetch", "ranges")),
     "5xx forever on model_info": (dict(kind="status", status=500, times=-1, files=API, data_only=False), ()),
 }
-
-
-def written_state(folder: Path) -> dict[str, str]:
-    return {k: v for k, v in folder_state(folder).items() if k != MANIFEST}
 
 
 @pytest.fixture(scope="module")
