@@ -138,6 +138,8 @@ def render_remove(r: dict[str, Any], console: Console) -> None:
     for k in ("removed", "restored"):
         if r.get(k):
             console.print(f"  {k}: {', '.join(r[k])}")
+    if r.get("kept_edits"):
+        console.print(f"  kept your later edits in: {', '.join(r['kept_edits'])}")
 
 
 def render_run(r: dict[str, Any], console: Console) -> None:
