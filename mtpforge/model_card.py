@@ -74,7 +74,8 @@ def section(manifest: dict[str, Any]) -> str:
              "| | |", "|---|---|"]
     lines += [f"| {k} | {v_.replace('|', '/')} |" for k, v_ in rows]
     lines += ["", "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`.", END]
-    return "\n".join(lines) + "\n"
+    # a source folder whose name is not UTF-8 (surrogate escapes) is shown escaped: a card is text
+    return ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def find(text: str) -> tuple[int, int] | None:
