@@ -34,6 +34,8 @@ CODES: dict[str, str] = {
     "CHAT_TEMPLATE_MISSING": WARNING,
     # informational notes that are not defects
     "NORM_CONVENTION_UNKNOWN": INFO,
+    # some norm groups undecided (no source; the drafts do not depend on them measurably)
+    "NORM_CONVENTION_PARTIAL": INFO,
     "LAYOUT_NOT_READ_BY_RUNTIME": INFO,
     "MANIFEST_STALE": WARNING,
     # inspect --source names a checkpoint whose head is not this head's origin

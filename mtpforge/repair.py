@@ -28,7 +28,8 @@ from .checkpoint.catalogue import load_catalogue
 from .checkpoint.store import LocalStore
 from .checkpoint.tensors import to_bytes
 from .checks.norm_behaviour import OFFSET_VERDICT, group_of, judge_norms
-from .checks.norm_sources import BEHAVIOUR_LAYOUTS
+from .checks.norm_sources import BEHAVIOUR_LAYOUTS, settle_weak_groups
+from .checks.norms import backbone_verdicts
 from .errors import InputError, RefusedError
 from .families.detect import detect_family
 from .families.tables import is_norm_key
@@ -97,7 +98,7 @@ def repair_norms(
     prog = Progress(enabled=progress)
     norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
-    per_key = _offsets(folder, source, revision, loc.stored_keys, norms, report, prog)
+    per_key = _offsets(folder, cat, source, revision, loc.stored_keys, norms, report, prog)
     if not per_key:
         report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
         prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
@@ -122,7 +123,7 @@ def repair_norms(
     return report
 
 
-def _offsets(folder: Path, source: str | None, revision: str | None, stored_keys: dict[str, str],
+def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, stored_keys: dict[str, str],
              norms: dict[str, Any], report: dict[str, Any], prog: Progress) -> dict[str, int]:
     """The offset to add to each norm, from exact evidence first, else the head's behaviour;
     refuses when neither is decisive."""
@@ -142,7 +143,18 @@ def _offsets(folder: Path, source: str | None, revision: str | None, stored_keys
                            f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
                            f"with `mtpforge add-mtp --force`")
     by_group = res.repair_offsets()
-    return {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+    per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+    # a group the drafts barely depend on takes the backbone comparison's verdict, as inspect does
+    notes: list[str] = []
+    verdicts, evidence, _ = settle_weak_groups(res, read_entries(cat, norms), lambda v: backbone_verdicts(cat, v), notes)
+    for k, how in evidence.items():
+        if how == "backbone" and verdicts[k] in FIX:
+            per_key.pop(k, None)
+            if FIX[verdicts[k]]:
+                per_key[k] = FIX[verdicts[k]]
+    if notes:
+        report["notes"] = notes
+    return per_key
 
 
 def _patches(cat: Any, norms: dict[str, Any], per_key: dict[str, int], report: dict[str, Any],

@@ -86,6 +86,10 @@ class BehaviourResult:
     seconds: float
     notes: list[str] = field(default_factory=list)
 
+    def weak_groups(self) -> list[str]:
+        """Groups with a verdict the drafts cannot back by ``DECISIVE_NATS`` on their own."""
+        return [g for g, v in self.groups.items() if v.verdict != "unknown" and v.evidence < DECISIVE_NATS]
+
     def verdicts(self, keys: list[str]) -> dict[str, str]:
         """Per bare norm key: its group's verdict (``unknown`` where behaviour cannot tell)."""
         return {k: (self.groups[g].verdict if (g := group_of(k)) in self.groups else "unknown") for k in keys}
@@ -188,7 +192,9 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
     conv = top if margin >= DECISIVE_NATS else "unknown"
     if top != "mixed" and conv != "unknown":
         best_k = best_of[top]
-        verdicts = {g: GroupVerdict(conv, best_k[i], margin) for i, g in enumerate(groups)}
+        # each group's own evidence: how much worse the best assignment that moves it explains
+        # the backbone (a group the drafts barely depend on is weak, whatever the label's margin)
+        verdicts = {g: GroupVerdict(conv, best_k[i], _moved_by(total, best_k, i)) for i, g in enumerate(groups)}
         return conv, verdicts, hidden, margin, total
     best = min(total.values())
     near = [k for k in total if total[k] - best < DECISIVE_NATS]
@@ -197,12 +203,17 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
     best_k = min(near, key=lambda k: (sum(1 for x in k if x), total[k]))
     verdicts = {}
     for i, g in enumerate(groups):
-        moved = [total[k] for k in total if k[i] != best_k[i]]
-        ev = (min(moved) - total[best_k]) if moved else math.inf
+        ev = _moved_by(total, best_k, i)
         agreed = all(k[i] == best_k[i] for k in near)
         v = OFFSET_VERDICT[best_k[i]] if agreed and conv != "unknown" else "unknown"
         verdicts[g] = GroupVerdict(v, best_k[i], ev)
     return conv, verdicts, hidden, margin, total
+
+
+def _moved_by(total: Mapping[tuple[int, ...], float], best_k: tuple[int, ...], i: int) -> float:
+    """Nats by which the best assignment that gives group ``i`` another offset is worse."""
+    moved = [total[k] for k in total if k[i] != best_k[i]]
+    return (min(moved) - total[best_k]) if moved else math.inf
 
 
 def judge_norms(folder: str | Path, *, seed: int = 0) -> BehaviourResult:

@@ -63,10 +63,13 @@ def from_model_card(
                       {"norm_source": base_model})
 
 
-def from_behaviour(folder: Any, layout: str, keys: list[str], notes: list[str]) -> NormAnswer | None:
-    """Run the head against the folder's backbone; ``None`` when that cannot tell."""
+def from_behaviour(folder: Any, layout: str, values: dict[str, mx.array], notes: list[str],
+                   backbone: Callable[[dict[str, mx.array]], dict[str, str]]) -> NormAnswer | None:
+    """Run the head against the folder's backbone; ``None`` when that cannot tell. A group the
+    drafts barely depend on is settled by ``backbone`` (the backbone's norms of its kind)."""
     from .norm_behaviour import judge_norms
 
+    keys = list(values)
     if layout not in BEHAVIOUR_LAYOUTS:
         return None
     try:
@@ -81,6 +84,46 @@ def from_behaviour(folder: Any, layout: str, keys: list[str], notes: list[str]) 
     notes.extend(res.notes)
     if res.convention == "unknown":
         return NormAnswer("unknown", "behaviour", {k: "unknown" for k in keys}, {k: "unknown" for k in keys}, extra)
-    verdicts = res.verdicts(keys)
-    return NormAnswer(res.convention, "behaviour", verdicts,
-                      {k: ("behaviour" if v != "unknown" else "unknown") for k, v in verdicts.items()}, extra)
+    verdicts, evidence, undecided = settle_weak_groups(res, values, backbone, notes)
+    if undecided:
+        extra["norm_undecided_groups"] = undecided
+    told = {v for v in verdicts.values() if v != "unknown"}
+    conv = res.convention if not undecided and verdicts == res.verdicts(keys) else (
+        told.pop() if len(told) == 1 else ("mixed" if told else "unknown"))
+    return NormAnswer(conv, "behaviour", verdicts, evidence, extra)
+
+
+def settle_weak_groups(res: Any, values: dict[str, mx.array], backbone: Callable[[dict[str, mx.array]], dict[str, str]],
+                       notes: list[str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """Per-norm verdicts and evidence from behaviour, and the groups left undecided.
+
+    A group whose offsets the drafts cannot tell apart (a wrong ±1 there changes them too little
+    to see) takes the backbone comparison's verdict when that one is decided, else it is
+    ``unknown``: the best fit of a group the drafts do not depend on is no evidence."""
+    from .norm_behaviour import group_of
+
+    verdicts = res.verdicts(list(values))
+    evidence = {k: ("behaviour" if v != "unknown" else "unknown") for k, v in verdicts.items()}
+    weak = set(res.weak_groups())
+    if not weak:
+        return verdicts, evidence, []
+    told = backbone({k: v for k, v in values.items() if group_of(k) in weak})
+    undecided: set[str] = set()
+    for k in values:
+        g = group_of(k)
+        if g not in weak:
+            continue
+        v = told.get(k, "unknown")
+        if v == "unknown":
+            undecided.add(g or k)
+            verdicts[k], evidence[k] = "unknown", "unknown"
+            continue
+        if v != verdicts[k]:
+            notes.append(f"the drafts barely depend on {g}; its level against the backbone's norms of "
+                         f"that kind says {v}, not {verdicts[k]}")
+        verdicts[k], evidence[k] = v, "backbone"
+    if undecided:
+        notes.append(f"the drafts do not depend measurably on {', '.join(sorted(undecided))}, and the backbone's "
+                     "norms of that kind do not tell its level either: its convention is unknown (a wrong ±1 there "
+                     "costs no measurable acceptance); pass --source to check it exactly")
+    return verdicts, evidence, sorted(undecided)

@@ -140,12 +140,13 @@ def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo
     return True
 
 
-def _from_backbone(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[str, str, dict[str, str]]:
-    """Conservative: compare with the backbone's norms of the same kind."""
-    backbone_shifted = not is_raw_hf(ctx.cat)
+def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
+    """Per head norm of a kind the backbone also has: its convention against the backbone's
+    norms of that kind (``unknown`` unless exactly one offset fits; see classify_by_backbone)."""
+    backbone_shifted = not is_raw_hf(cat)
     kinds = set(filter(None, (backbone_kind(k) for k in values)))
     by_kind: dict[str, list[TensorInfo]] = {}
-    for name, info in ctx.cat.tensors.items():
+    for name, info in cat.tensors.items():
         if ".mtp." in name or name.startswith("mtp."):
             continue
         for sfx in kinds:
@@ -158,8 +159,14 @@ def _from_backbone(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[st
         kind = backbone_kind(k)
         if kind is None:
             continue
-        refs = [to_mx(i, ctx.cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]
+        refs = [to_mx(i, cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]
         verdicts[k] = classify_by_backbone(v, refs, backbone_shifted)
+    return verdicts
+
+
+def _from_backbone(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[str, str, dict[str, str]]:
+    """Conservative: compare with the backbone's norms of the same kind."""
+    verdicts = backbone_verdicts(ctx.cat, values)
     conv = aggregate(verdicts)
     return ("unknown" if conv == "none" else conv), "backbone", verdicts
 
@@ -187,7 +194,8 @@ def _third_party(ctx: InspectContext, values: dict[str, mx.array]) -> Any:
 
     notes: list[str] = ctx.report.setdefault("norm_notes", [])
     card = from_model_card(_base_model(ctx.store), values, lambda src: _exact(ctx, src, values), notes)
-    for ans in (card, from_behaviour(getattr(ctx.store, "root", None), ctx.loc.layout, list(values), notes)
+    for ans in (card, from_behaviour(getattr(ctx.store, "root", None), ctx.loc.layout, values, notes,
+                                     lambda vals: backbone_verdicts(ctx.cat, vals))
                 if ctx.behaviour and (card is None or card.convention == "unknown") and isinstance(ctx.store, LocalStore) else None):
         if ans is not None:
             ctx.report.update(ans.report)
@@ -268,7 +276,14 @@ def check(ctx: InspectContext) -> list[Finding]:
         out.append(finding(
             "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms carry +2 instead of +1 (shifted twice): acceptance halves", fix,
         ))
-    elif conv == "unknown":
+    if conv not in ("unknown", "none") and ctx.report.get("norm_undecided_groups"):
+        groups = ", ".join(ctx.report["norm_undecided_groups"])
+        out.append(finding(
+            "NORM_CONVENTION_PARTIAL", f"the convention of {groups} could not be decided (the drafts do not depend on it "
+            f"measurably, and the backbone does not tell its level); the rest of the head is {conv}",
+            f"pass --source {ctx.src_hint} to check every norm exactly (fetches a few KB)",
+        ))
+    if conv == "unknown":
         out.append(finding(
             "NORM_CONVENTION_UNKNOWN", "the head's norm convention could not be decided without the source tensors",
             f"pass --source {ctx.src_hint} to compare exactly (fetches a few KB)",
