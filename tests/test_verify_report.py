@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,10 @@ def chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if path := shutil.which(name):
             return path
-    pytest.fail("chromium is not installed (.ci/run installs it: apt-get install -y chromium)")
+    why = "chromium is not installed (.ci/run installs it: apt-get install -y chromium)"
+    if os.environ.get("MTPFORGE_CI"):  # CI must render the page: a missing browser fails there
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def browser(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
