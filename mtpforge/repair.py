@@ -146,7 +146,7 @@ def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, s
     per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
     # a group the drafts barely depend on takes the backbone comparison's verdict, as inspect does
     notes: list[str] = []
-    verdicts, evidence, _ = settle_weak_groups(res, read_entries(cat, norms), lambda v: backbone_verdicts(cat, v), notes)
+    verdicts, evidence, _, _ = settle_weak_groups(res, read_entries(cat, norms), lambda v: backbone_verdicts(cat, v), notes)
     for k, how in evidence.items():
         if how == "backbone" and verdicts[k] in FIX:
             per_key.pop(k, None)

@@ -84,18 +84,19 @@ def from_behaviour(folder: Any, layout: str, values: dict[str, mx.array], notes:
     notes.extend(res.notes)
     if res.convention == "unknown":
         return NormAnswer("unknown", "behaviour", {k: "unknown" for k in keys}, {k: "unknown" for k in keys}, extra)
-    verdicts, evidence, undecided = settle_weak_groups(res, values, backbone, notes)
+    verdicts, evidence, undecided, overridden = settle_weak_groups(res, values, backbone, notes)
     if undecided:
         extra["norm_undecided_groups"] = undecided
+    # the head's label stands on the whole-head margin; only a group the backbone re-told changes it
     told = {v for v in verdicts.values() if v != "unknown"}
-    conv = res.convention if not undecided and verdicts == res.verdicts(keys) else (
-        told.pop() if len(told) == 1 else ("mixed" if told else "unknown"))
+    conv = res.convention if not overridden else (told.pop() if len(told) == 1 else ("mixed" if told else "unknown"))
     return NormAnswer(conv, "behaviour", verdicts, evidence, extra)
 
 
 def settle_weak_groups(res: Any, values: dict[str, mx.array], backbone: Callable[[dict[str, mx.array]], dict[str, str]],
-                       notes: list[str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """Per-norm verdicts and evidence from behaviour, and the groups left undecided.
+                       notes: list[str]) -> tuple[dict[str, str], dict[str, str], list[str], bool]:
+    """Per-norm verdicts and evidence from behaviour, the groups left undecided, and whether the
+    backbone re-told any group's verdict.
 
     A group whose offsets the drafts cannot tell apart (a wrong ±1 there changes them too little
     to see) takes the backbone comparison's verdict when that one is decided, else it is
@@ -106,9 +107,10 @@ def settle_weak_groups(res: Any, values: dict[str, mx.array], backbone: Callable
     evidence = {k: ("behaviour" if v != "unknown" else "unknown") for k, v in verdicts.items()}
     weak = set(res.weak_groups())
     if not weak:
-        return verdicts, evidence, []
+        return verdicts, evidence, [], False
     told = backbone({k: v for k, v in values.items() if group_of(k) in weak})
     undecided: set[str] = set()
+    overridden = False
     for k in values:
         g = group_of(k)
         if g not in weak:
@@ -121,9 +123,10 @@ def settle_weak_groups(res: Any, values: dict[str, mx.array], backbone: Callable
         if v != verdicts[k]:
             notes.append(f"the drafts barely depend on {g}; its level against the backbone's norms of "
                          f"that kind says {v}, not {verdicts[k]}")
+            overridden = True
         verdicts[k], evidence[k] = v, "backbone"
     if undecided:
         notes.append(f"the drafts do not depend measurably on {', '.join(sorted(undecided))}, and the backbone's "
                      "norms of that kind do not tell its level either: its convention is unknown (a wrong ±1 there "
                      "costs no measurable acceptance); pass --source to check it exactly")
-    return verdicts, evidence, sorted(undecided)
+    return verdicts, evidence, sorted(undecided), overridden
