@@ -34,7 +34,7 @@ def _console(as_json: bool) -> Console:
 
 
 def run_command(
-    fn: Callable[[], dict[str, Any]],
+    fn: Callable[[], Any],
     *,
     as_json: bool,
     debug: bool,
@@ -63,7 +63,10 @@ def run_command(
         _print_error(err, as_json)
         raise typer.Exit(2) from None
     _ignore_sigint()  # the work is done (and committed): a late Ctrl-C must not turn it into a traceback
-    code = int(result.pop("exit_code", 0) or 0)
+    if hasattr(result, "as_dict"):  # a typed result: its .ok decides the exit code
+        code, result = (0 if result.ok else 1), result.as_dict()
+    else:
+        code = int(result.pop("exit_code", 0) or 0)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
     elif render is not None:
@@ -140,11 +143,13 @@ def _option_params(model: type[BaseModel]) -> list[inspect.Parameter]:
 def _add_mtp_cmd(*, as_json: bool = False, debug: bool = False, **kw: Any) -> None:
     """Fetch the source's MTP head, transform it for the runtime, and write it atomically."""
     from .options import AddOptions
-    from .pipeline import add_mtp
+    from .pipeline import add
     from .render import render_add
 
-    run_command(lambda: add_mtp(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=True),
-                as_json=as_json, debug=debug, render=render_add)
+    def call() -> Any:
+        return add(AddOptions.parse(**{k: v for k, v in kw.items() if v is not None}), progress=not as_json)
+
+    run_command(call, as_json=as_json, debug=debug, render=render_add)
 
 
 def _with_options(fn: Callable[..., None], model: type[BaseModel]) -> Callable[..., None]:

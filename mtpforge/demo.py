@@ -102,25 +102,8 @@ def _codes(report: dict[str, Any], *severities: str) -> list[str]:
     return [f["code"] for f in report.get("findings", []) if f["severity"] in severities]
 
 
-def run_demo(directory: str | None = None, *, progress: bool = True, source: str | None = None) -> dict[str, Any]:
-    """Convert, inspect, add the head, inspect again, verify. ``exit_code`` is 1 when any step
-    does not show what it should (the result says which). ``source`` replaces the bundled
-    model (any HF-layout Qwen3.5/3.6/Qwen3-Next folder with a head)."""
+def _convert(say: _Narrator, src: Path, target: Path, steps: dict[str, Any]) -> Any:
     from .inspect import inspect_checkpoint
-    from .pipeline import add_mtp
-    from .render import render_add, render_inspect, render_verify
-
-    _check_work_dir(directory)
-    src = Path(source).resolve() if source else tiny_model_path()
-    if not (src / "config.json").is_file():
-        raise InputError(f"{src} is not a Hugging Face model folder (no config.json)", "pass a folder with config.json and its weights")
-    work = _make_work_dir(directory)
-    target = work / TARGET_NAME
-    say = _Narrator(progress, 5)
-    say.say(f"[bold]mtpforge demo[/bold]: put the MTP head back into an MLX model that lost it, offline, on a tiny trained model")
-    say.say(f"    source (Hugging Face layout, with its head): {src}")
-    say.say(f"    work folder: {work}")
-    steps: dict[str, Any] = {}
 
     say.step("Make an MLX model the way community conversions are made",
              f"mlx_lm.convert --hf-path {src} --mlx-path {target} -q --q-bits {Q_BITS} --q-group-size {Q_GROUP}")
@@ -132,6 +115,12 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
                         "config_mtp_layers": converted["config_mtp_layers"], "mtp_tensors": converted["mtp_tensors"]}
     say.verdict(ok, f"the config still declares {converted['config_mtp_layers']} MTP layer(s); "
                     f"mlx_lm.convert wrote {converted['mtp_tensors']} MTP tensors")
+    return logits_before
+
+
+def _inspect_before(say: _Narrator, src: Path, target: Path, steps: dict[str, Any]) -> Any:
+    from .inspect import inspect_checkpoint
+    from .render import render_inspect
 
     say.step("Inspect it", f"mtpforge inspect {target}")
     before = inspect_checkpoint(str(target))
@@ -141,6 +130,12 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
                                "findings": before["findings"]}
     say.verdict(ok, "found the missing head (MTP_CONFIG_WITHOUT_WEIGHTS): runtimes would fail to load it or draft at 0%"
                 if ok else f"expected MTP_CONFIG_WITHOUT_WEIGHTS, found {_codes(before, 'error', 'warning') or 'nothing'}")
+    return before
+
+
+def _add(say: _Narrator, src: Path, target: Path, steps: dict[str, Any], logits_before: Any, progress: bool) -> Any:
+    from .pipeline import add_mtp
+    from .render import render_add
 
     say.step("Add the head from the original checkpoint", f"mtpforge add-mtp --source {src} --target {target}")
     added = add_mtp(source=str(src), target=str(target), progress=progress)
@@ -155,6 +150,12 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     say.verdict(ok, f"wrote {added.get('mtp_tensors')} tensors in the {added.get('layout')} layout (norms shifted +1 for MLX), "
                     "atomically; released mlx-lm still loads the folder and its logits are bit-identical to before"
                 if ok else f"status {added.get('status')}; mlx-lm logits unchanged: {unchanged}")
+    return added
+
+
+def _inspect_after(say: _Narrator, src: Path, target: Path, steps: dict[str, Any]) -> Any:
+    from .inspect import inspect_checkpoint
+    from .render import render_inspect
 
     say.step("Inspect again, against the source tensors", f"mtpforge inspect {target} --source {src} --strict")
     after = inspect_checkpoint(str(target), source=str(src), strict=True)
@@ -165,7 +166,11 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
                               "findings": after["findings"]}
     say.verdict(ok, f"clean: {after.get('layout')} layout, norms {after.get('norm_convention')}" if ok
                 else f"still reports {_codes(after, 'error', 'warning')}")
+    return after
 
+
+def _verify(say: _Narrator, src: Path, target: Path, steps: dict[str, Any], progress: bool) -> Any:
+    from .render import render_verify
     from .verify import verify
 
     say.step("Decode with the head and prove it", f"mtpforge verify {target} --generate --min-acceptance {MIN_ACCEPTANCE}")
@@ -180,6 +185,30 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     say.verdict(ok, (f"output identical to plain greedy decoding; {acc:.0%} of drafts accepted "
                      f"({res.get('tokens_per_verify', 0):.2f} tokens per backbone pass instead of 1)") if ok and isinstance(acc, (int, float))
                 else f"verify failed: {res.get('problems') or res}")
+    return res
+
+
+def run_demo(directory: str | None = None, *, progress: bool = True, source: str | None = None) -> dict[str, Any]:
+    """Convert, inspect, add the head, inspect again, verify. ``exit_code`` is 1 when any step
+    does not show what it should (the result says which). ``source`` replaces the bundled
+    model (any HF-layout Qwen3.5/3.6/Qwen3-Next folder with a head)."""
+    _check_work_dir(directory)
+    src = Path(source).resolve() if source else tiny_model_path()
+    if not (src / "config.json").is_file():
+        raise InputError(f"{src} is not a Hugging Face model folder (no config.json)", "pass a folder with config.json and its weights")
+    work = _make_work_dir(directory)
+    target = work / TARGET_NAME
+    say = _Narrator(progress, 5)
+    say.say("[bold]mtpforge demo[/bold]: put the MTP head back into an MLX model that lost it, offline, on a tiny trained model")
+    say.say(f"    source (Hugging Face layout, with its head): {src}")
+    say.say(f"    work folder: {work}")
+    steps: dict[str, Any] = {}
+    logits_before = _convert(say, src, target, steps)
+    before = _inspect_before(say, src, target, steps)
+    added = _add(say, src, target, steps, logits_before, progress)
+    after = _inspect_after(say, src, target, steps)
+    res = _verify(say, src, target, steps, progress)
+    acc = res.get("acceptance")
 
     all_ok = all(s["ok"] for s in steps.values())
     say.say()

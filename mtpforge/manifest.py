@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,8 @@ from . import __version__
 from .checkpoint.store import Store, safe_relpath
 from .errors import MtpforgeError, RefusedError
 from .checkpoint.catalogue import INDEX_FILE
-from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
+from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
+from .layouts.write import dump_json
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -280,7 +283,8 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
     hashes = manifest.get("file_sha256") or {}
     if not isinstance(hashes, dict):
         raise _refuse(folder, "its file hashes are malformed")
-    drafter = manifest.get("layout") == "mlx-vlm-drafter"
+    layout = manifest.get("layout")
+    drafter = isinstance(layout, str) and layout in LAYOUTS and LAYOUTS[layout].separate_folder
     if not isinstance(added, list) or not isinstance(changed, dict):
         raise _refuse(folder, "it is malformed")
     if not hashes or any(rel not in added for rel in hashes):
@@ -461,4 +465,54 @@ def undo(stage: "StagedFolder", manifest: dict[str, Any], folder: Path | None = 
     return plan
 
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "undo", "plan_undo", "apply_undo", "UndoPlan", "UntrustedManifest", "edit_record"]
+def record_measurement(head_folder: Path, report: dict[str, Any], expect: bytes | None = None) -> str | None:
+    """Write the measured hidden variant and acceptance into the manifest, atomically.
+
+    A temp file beside the manifest and one ``os.replace``: a reader sees the old manifest or
+    the new one, never half; if the manifest is a symlink, the link is replaced by a file and
+    whatever it pointed to is left untouched (never write through a symlink).
+    Returns the manifest path, or None when there is no manifest.
+    """
+    from .writer.lock import folder_lock
+
+    with folder_lock(head_folder):  # add-mtp / remove-mtp cannot swap the folder meanwhile
+        return _write_measurement(head_folder, report, expect)
+
+
+def _write_measurement(head_folder: Path, report: dict[str, Any], expect: bytes | None) -> str | None:
+    path = head_folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        raw = path.read_bytes()
+        manifest = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
+                           "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
+    if not isinstance(manifest, dict) or (expect is not None and raw != expect) or not head_intact(head_folder, manifest):
+        raise RefusedError(f"the MTP head in {head_folder} changed while verify ran (or no longer matches {MANIFEST}), "
+                           "so this measurement was not recorded",
+                           "run `mtpforge verify --generate --record` again on the head as it is now")
+    manifest["verify"] = {
+        "hidden_state": report["hidden"],
+        "acceptance": round(report["acceptance"], 4),
+        "hidden_variants": {k: round(v, 4) for k, v in report["hidden_variants"].items()},
+        "acceptance_by_position": [round(a, 4) for a in report["acceptance_by_position"]],
+        "depth": report["depth"], "temp": report["temp"], "max_tokens": report["max_tokens"],
+        "prompts": report["prompts"], "identical": report["identical"],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mtpforge_version": __version__,
+    }
+    fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".json.tmp", dir=head_folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(dump_json(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "build_manifest", "entry", "file_sha", "head_intact", "read_manifest", "read_manifest_hint", "record_measurement", "undo", "plan_undo", "apply_undo", "UndoPlan", "UntrustedManifest", "edit_record"]

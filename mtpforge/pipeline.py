@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional
 
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
@@ -21,13 +22,16 @@ from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
+from .layouts.spec import Placement
 from .layouts.table import DRAFTER_MODEL_TYPE, LAYOUTS, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob, placement
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
+from .manifest import (UntrustedManifest, apply_undo, build_manifest, edit_record, entry, file_sha, head_intact,
+                       plan_undo, read_manifest, undo)
 from .options import AddOptions
-from .manifest import UntrustedManifest, build_manifest, edit_record, entry, file_sha, head_intact, plan_undo, apply_undo, read_manifest, undo
 from .passes.quantize import QSpec
-from .plan import Plan, build_plan, check_compatible, fetch_list, parse_precision, resolve_layout, source_bytes
+from .plan import Plan, build_plan, check_compatible, fetch_list, resolve_layout, source_bytes
 from .progress import Progress
+from .results import AddResult, DryRunFacts
 from .writer.lock import folder_lock
 from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent, cleanup_leftovers
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
@@ -92,19 +96,22 @@ def _default_q(config: dict[str, Any]) -> QSpec | None:
     return QSpec(d["bits"], d["group_size"], d["mode"]) if d else None
 
 
-def _source_fingerprint(store: Store, entries: dict[str, TensorInfo], commit: str | None) -> str:
+def _source_fingerprint(sizes: Mapping[str, int], entries: Mapping[str, TensorInfo], commit: str | None,
+                        store: Store | None) -> str:
     """Identifies the source head: the commit for a Hub repo (immutable); for a local folder the
     head's bytes themselves — names, shapes and sizes stay the same when a tensor's values are
     edited in place, and "already present" must not keep a head converted from other values."""
     h = hashlib.sha256()
     h.update((commit or "").encode())
+    by_bytes = commit is None and isinstance(store, LocalStore)
     for k in sorted(entries):
         i = entries[k]
-        h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{store.size(i.file)}\n".encode())
-        if commit is None and isinstance(store, LocalStore):
+        h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{sizes[i.file]}\n".encode())
+        if by_bytes:
+            assert store is not None
             for a in range(i.begin, i.end, 1 << 24):
                 h.update(store.read_range(i.file, a, min(a + (1 << 24), i.end)))
-    return "sha256-bytes:" + h.hexdigest() if commit is None else h.hexdigest()
+    return "sha256-bytes:" + h.hexdigest() if by_bytes else h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- fetch
@@ -172,7 +179,125 @@ def _strip_foreign_head(stage: StagedFolder, cat: Catalogue, loc: HeadLocation) 
     return notes
 
 
-# ----------------------------------------------------------------------------- add
+# ----------------------------------------------------------------------------- plan
+
+@dataclass(frozen=True)
+class SourceHead:
+    """The source as planning needs it: its config and the head's tensor headers (no data)."""
+
+    name: str  # as recorded: the repo id, or a local folder's name
+    config: Mapping[str, Any]
+    family: str
+    head: HeadLocation
+    commit: Optional[str]
+    local: bool
+    #: file -> size of the files holding the head, for the fingerprint
+    sizes: Mapping[str, int]
+    #: where the bytes are read from when the plan is executed (None: planned from data only)
+    store: Optional[Store] = field(default=None, compare=False, repr=False)
+    #: the fingerprint the manifest records (None: from the headers, as for a plan made from data)
+    fingerprint: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class AddPlan:
+    """Everything add-mtp will fetch, write and edit, as data; ``execute`` carries it out."""
+
+    options: AddOptions
+    target: Path
+    target_config: Mapping[str, Any]
+    family: str
+    placement: Placement
+    output: Optional[Path]
+    source: SourceHead
+    n_layers: int
+    head: Plan
+    to_fetch: tuple[TensorInfo, ...]
+    fingerprint: str
+    #: the options as the manifest records them (idempotence compares these)
+    recorded_options: Mapping[str, Any]
+    notes: tuple[str, ...]
+
+    @property
+    def dest(self) -> Path:
+        return self.output or self.target
+
+    @property
+    def files(self) -> list[str]:
+        pl = self.placement
+        files = [pl.file, MANIFEST, "config.json"]
+        if pl.in_index and not pl.separate_folder:
+            files.append(INDEX_FILE)
+        if pl.vllm_manifest and not pl.separate_folder:
+            files.append(VLLM_MLX_MANIFEST)
+        return [str(self.dest / f) for f in files]
+
+    def result(self) -> AddResult:
+        h = self.head
+        return AddResult(str(self.target), str(self.output) if self.output else None, h.layout, self.family,
+                         h.expert_format, h.mtp_tensors, h.mtp_bytes, self.source.commit, list(self.notes),
+                         str(self.dest / MANIFEST))
+
+
+def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, Any], family: str,
+              source: SourceHead) -> AddPlan:
+    """The pure part of planning: from configs and tensor headers to what will be written."""
+    layout = resolve_layout(options.layout, family)
+    out_path = Path(options.output).expanduser() if options.output else None
+    pl = placement(layout, family)
+    if pl.separate_folder and out_path is None:
+        out_path = target.parent / f"{target.name}-mtp-drafter"
+        _check_drafter_dest(out_path, options.force)
+    check_compatible(source.config, target_config, source.family, family)
+    entries = source.head.entries
+    if not source.head.raw or not entries:
+        raise RefusedError(f"source {options.source} has no MTP tensors (mtp.*)",
+                           "pass the original Hugging Face checkpoint, which ships the head")
+    n_layers = declared_mtp_layers(source.config, source.family) or (
+        1 + max(int(k.split(".")[1]) for k in entries if k.startswith("layers.")))
+    head = build_plan(family=family, src_config=source.config, tgt_config=target_config, entries=entries,
+                      n_layers=n_layers, layout=layout, precision=options.precision,
+                      keep_fc=options.keep_fc_full_precision, experts=options.experts,
+                      default_q=_default_q(target_config))
+    notes = list(head.notes)
+    if pl.breaks_mlx_lm:
+        notes.append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
+    recorded = {"layout": layout, "precision": str(options.precision),
+                "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
+    return AddPlan(options, target, target_config, family, pl, out_path, source, n_layers, head,
+                   tuple(fetch_list(head, entries)),
+                   source.fingerprint or _source_fingerprint(source.sizes, entries, source.commit, None), recorded,
+                   tuple(notes))
+
+
+def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> AddPlan:
+    """Read the target and the source's index and headers (no tensor data) and plan."""
+    if not options.dry_run:
+        cleanup_leftovers(Path(options.target).expanduser())  # a killed run's leftovers, before reading
+    tpath, tcat, family = _open_target(options.target)
+    resolve_layout(options.layout, family)
+    out = Path(options.output).expanduser() if options.output else None
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"--output {options.output} exists and is not empty", "pass a new or empty folder")
+    if out is not None:
+        ro, rt = os.path.realpath(out), os.path.realpath(tpath)
+        if ro == rt or ro.startswith(rt.rstrip(os.sep) + os.sep):
+            raise InputError(f"--output {options.output} is inside the target {options.target}",
+                             "pass a folder outside the target (the new folder is a copy of it)")
+    Progress(enabled=progress).step(f"reading the source {options.source}")
+    return make_plan(options, target=tpath, target_config=tcat.config, family=family,
+                     source=_read_source(options.source, options.revision))
+
+
+def _read_source(source: str, revision: str | None) -> SourceHead:
+    sstore, scat, sfamily = read_source(source, revision, "target model")
+    local = isinstance(sstore, LocalStore)
+    head = locate_head(scat, sfamily)
+    sizes = {f: sstore.size(f) for f in {i.file for i in head.entries.values()}}
+    commit = getattr(sstore, "commit", None)
+    return SourceHead(Path(source).name if local else source, scat.config, sfamily, head, commit, local, sizes, sstore,
+                      _source_fingerprint(sizes, head.entries, commit, sstore))
+
 
 def _check_drafter_dest(dest: Path, force: bool) -> None:
     """``<target>-mtp-drafter`` is replaced whole: only when it is a drafter mtpforge wrote
@@ -197,222 +322,225 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
                            "pass --force to replace it, or --output DIR for a new drafter")
 
 
-def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
-    """Add the source's MTP head to ``target`` (or to a new folder ``output``).
+# ----------------------------------------------------------------------------- execute
 
-    Pass an :class:`AddOptions`, or its fields as keywords (``source=..., target=...``).
-    """
-    opts = options if options is not None else AddOptions.parse(**kw)
+def add(options: AddOptions, *, progress: bool = True) -> AddResult | dict[str, Any]:
+    """Plan and execute under the folder's lock; a GGUF trunk goes to the GGUF writer (its report
+    is the CONTRACT dict already)."""
     from .gguf.addmtp import add_mtp_gguf, is_gguf_path
 
-    if is_gguf_path(opts.target):  # a llama.cpp trunk: the GGUF output format
-        return add_mtp_gguf(source=opts.source, target=opts.target, layout=opts.layout,
-                            precision=None if str(opts.precision) == "match" else str(opts.precision), fetch=opts.fetch,
-                            revision=opts.revision, output=opts.output, dry_run=opts.dry_run, force=opts.force,
-                            progress=progress)
-    parse_precision(opts.precision)
-    if opts.dry_run:
-        return _add_mtp(opts, progress)
+    if is_gguf_path(options.target):  # a llama.cpp trunk: the GGUF output format
+        return add_mtp_gguf(source=options.source, target=options.target, layout=options.layout,
+                            precision=None if str(options.precision) == "match" else str(options.precision),
+                            fetch=options.fetch, revision=options.revision, output=options.output,
+                            dry_run=options.dry_run, force=options.force, progress=progress)
+    if options.dry_run:
+        return execute(plan_add_mtp(options, progress=progress), progress=progress)
     # held from the first read of the target to the commit: a run that read the folder before
     # another run's swap must not stage from it (the shared lock lets --output runs read together)
-    drafter = opts.layout in LAYOUTS and LAYOUTS[opts.layout].separate_folder
-    with folder_lock(Path(opts.target).expanduser(), shared=opts.output is not None and not drafter):
-        return _add_mtp(opts, progress)
+    drafter = options.layout in LAYOUTS and LAYOUTS[options.layout].separate_folder
+    with folder_lock(Path(options.target).expanduser(), shared=options.output is not None and not drafter):
+        return execute(plan_add_mtp(options, progress=progress), progress=progress)
 
 
-def _add_mtp(opts: AddOptions, progress: bool) -> dict[str, Any]:
-    source, target, layout, precision = opts.source, opts.target, opts.layout, opts.precision
-    keep_fc_full_precision, experts, fetch, revision = opts.keep_fc_full_precision, opts.experts, opts.fetch, opts.revision
-    output, dry_run, force = opts.output, opts.dry_run, opts.force
-    if not dry_run:
-        cleanup_leftovers(Path(target).expanduser())  # a killed run's leftovers, before reading
-    tpath, tcat, family = _open_target(target)
-    layout = resolve_layout(layout, family)
-    out_path: Path | None = Path(output).expanduser() if output else None
-    if out_path is not None and out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
-        raise InputError(f"--output {output} exists and is not empty", "pass a new or empty folder")
-    if out_path is not None:
-        ro, rt = os.path.realpath(out_path), os.path.realpath(tpath)
-        if ro == rt or ro.startswith(rt.rstrip(os.sep) + os.sep):
-            raise InputError(f"--output {output} is inside the target {target}",
-                             "pass a folder outside the target (the new folder is a copy of it)")
-    pl = placement(layout, family)
-    if pl.separate_folder and out_path is None:
-        out_path = tpath.parent / f"{tpath.name}-mtp-drafter"
-        _check_drafter_dest(out_path, force)
-    dest = out_path or tpath
-    prog = Progress(enabled=progress)
+def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
+    """Add the source's MTP head to ``target`` (or to a new folder ``output``): the report as
+    the CONTRACT's JSON. Pass an :class:`AddOptions`, or its fields as keywords."""
+    r = add(options if options is not None else AddOptions.parse(**kw), progress=progress)
+    return r.as_dict() if isinstance(r, AddResult) else r
 
-    # the source: index and headers only
-    prog.step(f"reading the source {source}")
-    sstore, scat, sfamily = read_source(source, revision, "target model")
-    local_source = isinstance(sstore, LocalStore)
-    check_compatible(scat.config, tcat.config, sfamily, family)
-    sloc = locate_head(scat, sfamily)
-    if sloc.layout != "hf" or not sloc.entries:
-        raise RefusedError(f"source {source} has no MTP tensors (mtp.*)",
-                           "pass the original Hugging Face checkpoint, which ships the head")
-    n_layers = declared_mtp_layers(scat.config, sfamily) or (
-        1 + max(int(k.split(".")[1]) for k in sloc.entries if k.startswith("layers.")))
-    commit = getattr(sstore, "commit", None)
-    default_q = _default_q(tcat.config)
-    plan = build_plan(family=family, src_config=scat.config, tgt_config=tcat.config, entries=sloc.entries,
-                      n_layers=n_layers, layout=layout, precision=precision, keep_fc=keep_fc_full_precision,
-                      experts=experts, default_q=default_q)
-    to_fetch = fetch_list(plan, sloc.entries)
-    fingerprint = _source_fingerprint(sstore, sloc.entries, commit)
-    options = {
-        "layout": layout, "precision": str(parse_precision(precision)), "keep_fc_full_precision": keep_fc_full_precision,
-        "experts": plan.expert_format,
-    }
-    files = _files_for(plan, dest)
-    report: dict[str, Any] = {
-        "target": str(tpath), "output": str(out_path) if out_path else None, "layout": layout, "family": family,
-        "expert_format": plan.expert_format, "mtp_tensors": plan.mtp_tensors, "mtp_bytes": plan.mtp_bytes,
-        "revision": commit, "notes": list(plan.notes), "fetched_bytes": 0,
-        "manifest": str(dest / MANIFEST),
-    }
-    if pl.breaks_mlx_lm:
-        report["notes"].append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
-    if dry_run:
-        report.update(dry_run=True, status="planned", files_to_write=files, fetch_bytes=source_bytes(to_fetch),
-                      fetch_tensors=len(to_fetch), fetch_files=sorted({i.file for i in to_fetch}),
-                      fetch_requests=None if local_source else _planned_requests(to_fetch),
-                      peak_memory_estimate=plan.peak_memory_estimate(), files_written=[])
-        return report
 
-    # an existing head: identical -> nothing to do; other -> refuse unless --force. The head that
-    # counts is the one in the folder the staged copy starts from: the target (in place, or
-    # mirrored into --output), or an existing drafter folder (an empty one holds no head)
-    drafter = pl.separate_folder
-    existing_root = (dest if dest.is_dir() and any(dest.iterdir()) else None) if drafter else tpath
-    manifest = read_manifest(existing_root) if existing_root else None
-    dcat = tcat if existing_root == tpath else (load_catalogue(LocalStore(existing_root)) if existing_root else None)
-    dloc = locate_head(dcat, family) if dcat is not None and dcat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
-    has_head = bool(manifest) or (dloc is not None and dloc.layout != "none")
-    same = bool(manifest) and isinstance(manifest.get("source"), dict) and manifest["source"].get("fingerprint") == fingerprint \
-        and manifest.get("options") == options
-    if same and (out_path is None or drafter) and head_intact(existing_root, manifest) and not force:
-        report.update(status="already-present", files_written=[])
-        return report
-    if has_head and not force and not same:
-        src = manifest.get("source", {}) if manifest else {}
-        if manifest and manifest.get("options") == options and isinstance(src, dict):
-            what = f"a head written by mtpforge from other source bytes ({src.get('repo')} changed since, or another revision)"
-        elif manifest:
-            what = f"a head written by mtpforge from {src.get('repo') if isinstance(src, dict) else '?'} with other options"
-        else:
-            what = f"an MTP head ({dloc.layout if dloc else 'unknown'} layout) not written by mtpforge"
-        raise RefusedError(f"{existing_root} already has {what}", "pass --force to replace it, or `mtpforge remove-mtp` first")
-    check_writable_parent(dest)
-    check_disk_space(dest, plan.mtp_bytes + (1 << 20))
+@dataclass
+class _Existing:
+    """The head already in the folder the staged copy starts from, if any."""
 
-    prog.step(f"fetching {len(to_fetch)} MTP tensors ({source_bytes(to_fetch):,} bytes)")
-    read, fetched, fetch_mode = _reader(sstore, to_fetch, fetch, progress)
-    report["fetched_bytes"] = fetched
-    report["fetch_mode"] = fetch_mode
+    root: Optional[Path]
+    manifest: Optional[dict[str, Any]]
+    cat: Optional[Catalogue]
+    loc: Optional[HeadLocation]
 
-    if drafter:
-        stage = StagedFolder(dest, empty=True) if dest.exists() else StagedFolder(tpath, output=dest, empty=True)
+    @property
+    def has_head(self) -> bool:
+        return bool(self.manifest) or (self.loc is not None and self.loc.found)
+
+
+def _existing(plan: AddPlan) -> _Existing:
+    """The head that counts is the one in the folder the staged copy starts from: the target
+    (in place, or mirrored into --output), or an existing drafter folder (an empty one holds
+    no head)."""
+    dest, tpath = plan.dest, plan.target
+    if plan.placement.separate_folder:
+        root = dest if dest.is_dir() and any(dest.iterdir()) else None
     else:
-        stage = StagedFolder(tpath, output=out_path)
-    with stage:
-        notes: list[str] = []
-        untrusted = False
-        if has_head and manifest:
-            try:
-                undo(stage, manifest, existing_root)
-            except UntrustedManifest:
-                # a re-run over a damaged head, or --force: the head is replaced as if another
-                # tool had written it (by its tensors), never by what the manifest claims
-                if not (force or same) or dloc is None:
-                    raise
-                untrusted = True
-        if has_head and (untrusted or not manifest) and dloc is not None and dcat is not None and dloc.layout != "none":
-            notes += _strip_foreign_head(stage, dcat, dloc)
-        base_cfg = json.loads(stage.path("config.json").read_text("utf-8")) if not drafter else dict(tcat.config)
-        before = {rel: entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)} if not drafter else {}
+        root = tpath
+    manifest = read_manifest(root) if root else None
+    cat = load_catalogue(LocalStore(root)) if root else None
+    loc = locate_head(cat, plan.family) if cat is not None and cat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
+    return _Existing(root, manifest, cat, loc)
+
+
+def execute(plan: AddPlan, *, progress: bool = True) -> AddResult:
+    """Carry out a plan: a dry run reports it; else fetch, convert, stage, validate, commit."""
+    result = plan.result()
+    if plan.options.dry_run:
+        to_fetch = list(plan.to_fetch)
+        result.dry_run = DryRunFacts(plan.files, source_bytes(to_fetch), len(to_fetch),
+                                     sorted({i.file for i in to_fetch}),
+                                     None if plan.source.local else _planned_requests(to_fetch),
+                                     plan.head.peak_memory_estimate())
+        return result
+    ex = _existing(plan)
+    m = ex.manifest
+    same = bool(m) and isinstance(m.get("source"), dict) and m["source"].get("fingerprint") == plan.fingerprint \
+        and m.get("options") == plan.recorded_options
+    if same and (plan.options.output is None or plan.placement.separate_folder) and head_intact(ex.root, m) \
+            and not plan.options.force:
+        result.status = "already-present"
+        return result
+    if ex.has_head and not plan.options.force and not same:
+        raise RefusedError(f"{ex.root} already has {_what_head(plan, ex)}",
+                           "pass --force to replace it, or `mtpforge remove-mtp` first")
+    check_writable_parent(plan.dest)
+    check_disk_space(plan.dest, plan.head.mtp_bytes + (1 << 20))
+    prog = Progress(enabled=progress)
+    prog.step(f"fetching {len(plan.to_fetch)} MTP tensors ({source_bytes(list(plan.to_fetch)):,} bytes)")
+    store = plan.source.store or _open_source(plan.options.source, plan.options.revision)
+    read, result.fetched_bytes, result.fetch_mode = _reader(store, list(plan.to_fetch), plan.options.fetch, progress)
+    _write(plan, ex, read, result, prog)
+    prog.done(f"added the MTP head to {plan.dest} ({plan.head.layout} layout)")
+    return result
+
+
+def _what_head(plan: AddPlan, ex: _Existing) -> str:
+    m = ex.manifest
+    src = m.get("source", {}) if m else {}
+    if m and m.get("options") == plan.recorded_options and isinstance(src, dict):
+        return f"a head written by mtpforge from other source bytes ({src.get('repo')} changed since, or another revision)"
+    if m:
+        return f"a head written by mtpforge from {src.get('repo') if isinstance(src, dict) else '?'} with other options"
+    return f"an MTP head ({ex.loc.layout if ex.loc else 'unknown'} layout) not written by mtpforge"
+
+
+def _stage(plan: AddPlan) -> StagedFolder:
+    dest, tpath = plan.dest, plan.target
+    if plan.placement.separate_folder:
+        return StagedFolder(dest, empty=True) if dest.exists() else StagedFolder(tpath, output=dest, empty=True)
+    return StagedFolder(tpath, output=plan.output)
+
+
+def _write(plan: AddPlan, ex: _Existing, read: Reader, result: AddResult, prog: Progress) -> None:
+    pl, head = plan.placement, plan.head
+    with _stage(plan) as stage:
+        notes = _remove_old_head(plan, ex, stage)
+        before = {} if pl.separate_folder else {rel: entry(stage.path(rel)) for rel in ("config.json", INDEX_FILE)}
         before_bytes = {rel: stage.path(rel).read_bytes() if stage.path(rel).is_file() else None for rel in before}
-
-        prog.step(f"converting to the {layout} layout")
-        head_file = stage.new_file(plan.file)
-        with prog.bytes_bar("converting", source_bytes(to_fetch)) as advance:
-            write_plan(plan, head_file, sloc.entries, read, on_progress=advance)
-        head_infos = read_local_header(head_file, plan.file).tensors
+        prog.step(f"converting to the {head.layout} layout")
+        head_file = stage.new_file(head.file)
+        with prog.bytes_bar("converting", source_bytes(list(plan.to_fetch))) as advance:
+            write_plan(head, head_file, plan.source.head.entries, read, on_progress=advance)
+        head_infos = read_local_header(head_file, head.file).tensors
         scan = scan_head(head_file, head_infos)  # digests + data checks in one bounded pass
-        digests = scan.digests
-        quant_entries = plan.quant_entries()
-        added = [plan.file]
-        written: set[str] = set()
-        if drafter:
-            dq = dict(quant_defaults(tcat.config) or {}) or None
-            if dq is not None or quant_entries:
-                dq = {**({k: dq[k] for k in ("group_size", "bits", "mode")} if dq else {}), **quant_entries}
-            stage.write_bytes("config.json", dump_json(drafter_config(tcat.config, n_layers, dq)))
-            added.append("config.json")
-        else:
-            cfg = updated_config(base_cfg, pl, n_layers=n_layers,
-                                 mtp_tensors=plan.mtp_tensors, quant_entries=quant_entries)
-            stage.write_bytes("config.json", dump_json(cfg))
-            written.add("config.json")
-            if pl.in_index:
-                idx_path = stage.path(INDEX_FILE)
-                idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
-                if idx is None:
-                    # no index: mlx-lm globs anyway; create one so exo's index probe finds the head
-                    shards = load_catalogue(LocalStore(stage.stage)).headers
-                    idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
-                                                         and f != plan.file for k in h.tensors}}
-                stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, plan.file, list(head_infos), plan.mtp_bytes)))
-                written.add(INDEX_FILE)
-            if pl.vllm_manifest:
-                src_name = source if not isinstance(sstore, LocalStore) else Path(source).name
-                stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
-                    family=family, n_layers=n_layers, mtp_tensors=plan.mtp_tensors, expert_format=plan.expert_format,
-                    source=src_name, revision=commit)))
-                added.append(VLLM_MLX_MANIFEST)
-        manifest_obj = build_manifest(
-            family=family, layout=layout,
-            source={"repo": source if not isinstance(sstore, LocalStore) else str(Path(source).name),
-                    "revision": commit, "local": isinstance(sstore, LocalStore), "fingerprint": fingerprint},
-            options=options, plan=plan, n_layers=n_layers,
-            tensors={k: {"sha256": digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
-            file_sha256={plan.file: scan.file_sha256, **{rel: file_sha(stage.path(rel)) for rel in added if rel != plan.file}},
-            added=added,
-            changed={rel: edit_record(rel, e, before_bytes[rel], stage.path(rel).read_bytes())
-                     for rel, e in before.items() if rel in written},
-        )
-        stage.write_bytes(MANIFEST, dump_json(manifest_obj))
-
+        side, written = _edit_side_files(plan, stage, head_infos)
+        added = [head.file] + side
+        changed = {rel: edit_record(rel, e, before_bytes[rel], stage.path(rel).read_bytes())
+                   for rel, e in before.items() if rel in written}
+        file_sha256 = {head.file: scan.file_sha256, **{rel: file_sha(stage.path(rel)) for rel in side}}
+        stage.write_bytes(MANIFEST, dump_json(_manifest(plan, head_infos, scan, added, changed, file_sha256)))
         prog.step("validating the staged folder")
-        from .inspect import inspect_checkpoint
-
-        # the data checks ran on the written bytes in scan_head, chunk by chunk; inspect's own
-        # read whole tensors (a 512-expert stack is ~800 MB)
-        check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False, behaviour=False)
-        if scan.nonfinite or scan.degenerate:
-            # bytes copied unchanged from the source (a converted tensor with NaN was refused
-            # before it was written): the source is damaged, not the conversion
-            what = "NaN or Inf values" if scan.nonfinite else "all-zero tensors"
-            raise RefusedError(f"the source's MTP head holds {what} ({', '.join(sorted(scan.nonfinite or scan.degenerate)[:3])}), "
-                               "so the source checkpoint is damaged; nothing was changed",
-                               "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
-        errors = [f for f in check["findings"] if f["severity"] == "error"]
-        if errors:
-            _refuse_validation(errors, tpath)
+        check = _validate(stage, scan, plan.target)
         prog.step("committing")
         stage.commit()
-    report.update(
-        status="written",
-        files_written=[str(dest / f) for f in sorted(set(added + [MANIFEST, "config.json"]) | ({INDEX_FILE} if pl.in_index else set()))],
-        notes=report["notes"] + notes,
-        # the staged check cannot see provenance (it ignores the manifest on purpose, to judge
-        # the files alone), so "convention unknown" there only restates what add-mtp decided
-        inspect={"findings": [f for f in check["findings"] if f["code"] != "NORM_CONVENTION_UNKNOWN"],
-                 "norm_convention": "shifted"},
+    result.status = "written"
+    result.files_written = [str(plan.dest / f) for f in sorted(set(added + [MANIFEST, "config.json"])
+                                                              | ({INDEX_FILE} if pl.in_index else set()))]
+    result.notes += notes
+    # the staged check cannot see provenance (it ignores the manifest on purpose, to judge the
+    # files alone), so "convention unknown" there only restates what add-mtp decided
+    result.inspect = {"findings": [f for f in check["findings"] if f["code"] != "NORM_CONVENTION_UNKNOWN"],
+                      "norm_convention": "shifted"}
+
+
+def _remove_old_head(plan: AddPlan, ex: _Existing, stage: StagedFolder) -> list[str]:
+    """Undo what the manifest proves add-mtp wrote; a head it cannot vouch for (damaged, or a
+    foreign one) is removed by its tensors — on a re-run or with --force only."""
+    if not ex.has_head:
+        return []
+    untrusted = False
+    if ex.manifest:
+        try:
+            undo(stage, ex.manifest, ex.root)
+        except UntrustedManifest:
+            if ex.loc is None:
+                raise
+            untrusted = True  # reached only when the head is the same or --force (see execute)
+    if (untrusted or not ex.manifest) and ex.loc is not None and ex.cat is not None and ex.loc.found:
+        return _strip_foreign_head(stage, ex.cat, ex.loc)
+    return []
+
+
+def _edit_side_files(plan: AddPlan, stage: StagedFolder,
+                     head_infos: Mapping[str, TensorInfo]) -> tuple[list[str], set[str]]:
+    """config.json, the index and the vllm-mlx manifest as the placement asks; returns the
+    files added (besides the head file) and the existing ones rewritten."""
+    pl, head, n = plan.placement, plan.head, plan.n_layers
+    quant_entries = head.quant_entries()
+    if pl.separate_folder:
+        dq = dict(quant_defaults(plan.target_config) or {}) or None
+        if dq is not None or quant_entries:
+            dq = {**({k: dq[k] for k in ("group_size", "bits", "mode")} if dq else {}), **quant_entries}
+        stage.write_bytes("config.json", dump_json(drafter_config(plan.target_config, n, dq)))
+        return ["config.json"], set()
+    base_cfg = json.loads(stage.path("config.json").read_text("utf-8"))
+    cfg = updated_config(base_cfg, pl, n_layers=n, mtp_tensors=head.mtp_tensors, quant_entries=quant_entries)
+    stage.write_bytes("config.json", dump_json(cfg))
+    written = {"config.json"}
+    if pl.in_index:
+        idx_path = stage.path(INDEX_FILE)
+        idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
+        if idx is None:
+            # no index: mlx-lm globs anyway; create one so exo's index probe finds the head
+            shards = load_catalogue(LocalStore(stage.stage)).headers
+            idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
+                                                 and f != head.file for k in h.tensors}}
+        stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, head.file, list(head_infos), head.mtp_bytes)))
+        written.add(INDEX_FILE)
+    if pl.vllm_manifest:
+        stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(
+            family=plan.family, n_layers=n, mtp_tensors=head.mtp_tensors, expert_format=head.expert_format,
+            source=plan.source.name, revision=plan.source.commit)))
+        return [VLLM_MLX_MANIFEST], written
+    return [], written
+
+
+def _manifest(plan: AddPlan, head_infos: Mapping[str, TensorInfo], scan: Any, added: list[str],
+              changed: dict[str, Any], file_sha256: dict[str, str]) -> dict[str, Any]:
+    src = plan.source
+    return build_manifest(
+        family=plan.family, layout=plan.head.layout,
+        source={"repo": src.name, "revision": src.commit, "local": src.local, "fingerprint": plan.fingerprint},
+        options=dict(plan.recorded_options), plan=plan.head, n_layers=plan.n_layers,
+        tensors={k: {"sha256": scan.digests[k], "dtype": i.dtype, "shape": list(i.shape)} for k, i in head_infos.items()},
+        file_sha256=file_sha256, added=added, changed=changed,
     )
-    prog.done(f"added the MTP head to {dest} ({layout} layout)")
-    return report
+
+
+def _validate(stage: StagedFolder, scan: Any, target: Path) -> dict[str, Any]:
+    """inspect on the staged folder; the data checks ran on the written bytes in scan_head,
+    chunk by chunk (inspect's own would read whole tensors: a 512-expert stack is ~800 MB)."""
+    from .inspect import inspect_checkpoint
+
+    check = inspect_checkpoint(str(stage.stage), use_manifest=False, data_checks=False, behaviour=False)
+    if scan.nonfinite or scan.degenerate:
+        # bytes copied unchanged from the source (a converted tensor with NaN was refused
+        # before it was written): the source is damaged, not the conversion
+        what = "NaN or Inf values" if scan.nonfinite else "all-zero tensors"
+        raise RefusedError(f"the source's MTP head holds {what} ({', '.join(sorted(scan.nonfinite or scan.degenerate)[:3])}), "
+                           "so the source checkpoint is damaged; nothing was changed",
+                           "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
+    errors = [f for f in check["findings"] if f["severity"] == "error"]
+    if errors:
+        _refuse_validation(errors, target)
+    return check
 
 
 def _refuse_validation(errors: list[dict[str, Any]], tpath: Path) -> None:
@@ -435,16 +563,6 @@ def _refuse_validation(errors: list[dict[str, Any]], tpath: Path) -> None:
                        "report this with `mtpforge env` output; the target is untouched")
 
 
-def _files_for(plan: Plan, dest: Path) -> list[str]:
-    pl = plan.placement
-    files = [plan.file, MANIFEST, "config.json"]
-    if pl.in_index and not pl.separate_folder:
-        files.append(INDEX_FILE)
-    if pl.vllm_manifest and not pl.separate_folder:
-        files.append(VLLM_MLX_MANIFEST)
-    return [str(dest / f) for f in files]
-
-
 # ----------------------------------------------------------------------------- remove
 
 def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
@@ -453,7 +571,7 @@ def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
         return  # a drafter folder: undone whole
     cat = load_catalogue(LocalStore(stage.stage))
     family = detect_family(cat.config)
-    if family is not None and locate_head(cat, family).layout != "none":
+    if family is not None and locate_head(cat, family).found:
         raise UntrustedManifest(f"{path / MANIFEST} does not account for the whole MTP head in {path.name}; nothing was changed",
                                 f"remove-mtp undoes only what add-mtp provably wrote; use add-mtp --force to replace the head, or delete {MANIFEST}")
 
@@ -487,4 +605,4 @@ def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
             "restored": sorted([*undo_plan.write, *undo_plan.link]), "kept_edits": undo_plan.kept_edits}
 
 
-__all__ = ["add_mtp", "remove_mtp", "read_manifest"]
+__all__ = ["add", "add_mtp", "execute", "plan_add_mtp", "read_source", "remove_mtp", "read_manifest"]

@@ -16,7 +16,7 @@ from .families import FAMILIES
 from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, placement, runtime_module_path
-from .passes.experts import parse_expert_key, switch_key
+from .passes.experts import expert_span, parse_expert_key, switch_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import RUNTIMES, QuantAsk
 from .writer.safetensors_stream import TensorSpec
@@ -158,19 +158,11 @@ def source_expert_slices(
     for e in range(E):
         if src_fmt == "per-expert":
             key = f"{mlp}.experts.{e}.{proj}.weight"
-            info = entries[key]
-            out.append(SliceRef(key, 0, info.nbytes, info.shape))
         else:
-            fused = f"{mlp}.experts.{'down_proj' if proj == 'down_proj' else 'gate_up_proj'}"
-            info = entries[fused]
-            per = info.nbytes // E
-            rows, cols = info.shape[1], info.shape[2]
-            if proj == "down_proj":
-                out.append(SliceRef(fused, e * per, (e + 1) * per, (rows, cols)))
-            else:
-                half = per // 2
-                off = e * per + (half if proj == "up_proj" else 0)
-                out.append(SliceRef(fused, off, off + half, (rows // 2, cols)))
+            key = f"{mlp}.experts.{'down_proj' if proj == 'down_proj' else 'gate_up_proj'}"
+        info = entries[key]
+        start, end, shape = expert_span(src_fmt, proj, e, E, info.shape, info.nbytes)
+        out.append(SliceRef(key, start, end, shape))
     return out
 
 

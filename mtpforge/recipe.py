@@ -116,6 +116,7 @@ class Recipe(HeadOptions, _Strict):
     def _consistent(self) -> Recipe:
         # the runtime tables inspect reports from (SPEC §5), so a recipe cannot ask for a pairing
         # that inspect would then fail
+        from .layouts.table import LAYOUTS
         from .runtimes import RUNTIMES
 
         inspect, verify = self.checks.inspect, self.checks.verify
@@ -130,9 +131,10 @@ class Recipe(HeadOptions, _Strict):
             wanted = ("per-expert", "fused") if self.experts == "source" else ("switch_mlp",)
             if not set(wanted) & set(loads):
                 raise _conflict("experts", f"{runtime} loads MoE experts only as {' / '.join(loads)}; set experts: auto")
-        if self.layout == "mlx-vlm-drafter" and self.experts == "source":
+        written = LAYOUTS[self.layout] if self.layout else None
+        if written and not written.source_experts and self.experts == "source":
             raise _conflict("experts", "the mlx-vlm drafter loads stacked switch_mlp experts; set experts: auto or switch_mlp")
-        if self.layout == "mlx-vlm-drafter" and verify is not None:
+        if written and not written.has_backbone and verify is not None:
             raise _conflict("checks.verify", "the mlx-vlm drafter is a separate folder without a backbone, so verify has nothing to decode; "
                             "remove checks.verify (inspect still checks the drafter) or write the head into the model with another layout")
         return self

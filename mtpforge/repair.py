@@ -123,7 +123,7 @@ def repair_norms(
     if report["evidence"] == "source":
         # the source's raw norm + 1, rounded once: exactly what add-mtp writes (undoing a +2 in
         # bf16 would round twice)
-        from .inspect import source_norms
+        from .checks.norms import source_norms
 
         exact_vals = source_norms(report["source"], revision if report["source"] == source else None, list(per_key))
     else:

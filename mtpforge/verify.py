@@ -9,16 +9,12 @@ measured in this process. Read-only unless ``record`` is set.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
 from .errors import InputError, RefusedError
 from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
-from .layouts.write import dump_json
+from .manifest import record_measurement
 from .progress import Progress
 
 #: Plain text (and one chat turn): every model continues plain text, while chat templates differ
@@ -95,64 +91,16 @@ def verify(
     if not generate:
         return _draft_check(bb, head, encoded[0], report, prog)
 
-    from .decoder.loop import HeadDrafter, mtp_decode, plain_decode
-    from .decoder.sampling import Chooser
-    from .decoder.stats import first_difference, summarize, tie_margin
-
-    from .decoder.loop import draft_once
-
-    _, first_logits = draft_once(bb, head, encoded[0])
-    import mlx.core as mx
-
-    if not bool(mx.all(mx.isfinite(first_logits)).item()):
-        # NaN logits still argmax to some token, and acceptance then measures nothing
-        report["problems"].append("the head's draft logits are not finite (NaN/Inf): its weights are damaged")
+    _finite_draft(bb, head, encoded[0], report["problems"])
     variants = list(HIDDEN_VARIANTS) if hidden == "auto" else [hidden]
-    plain_decode(bb, encoded[0], max_tokens=min(8, max_tokens), chooser=Chooser(temp, seed))  # warm-up
     prog.step(f"decoding {len(encoded)} prompt(s), {max_tokens} tokens each: plain, then MTP at depth {depth} "
               f"with the {' and '.join(variants)}-norm hidden state")
-    # prompt by prompt, plain and MTP back to back: on a shared machine, load drifts between
-    # runs, and interleaving keeps the speed comparison fair
-    plain: list[Any] = []
-    runs: dict[str, list[Any]] = {v: [] for v in variants}
-    choosers = {v: Chooser(temp, seed) for v in variants}
-    plain_chooser = Chooser(temp, seed)
-    for p in encoded:
-        plain.append(plain_decode(bb, p, max_tokens=max_tokens, chooser=plain_chooser))
-        for v in variants:
-            runs[v].append(mtp_decode(bb, HeadDrafter(bb, head), p, max_tokens=max_tokens, depth=depth, hidden=v,
-                                      chooser=choosers[v]))
-    per_variant: dict[str, dict[str, Any]] = {}
-    for v in variants:
-        stats = summarize(runs[v], plain)
-        diffs = [(i, first_difference(r.tokens, b.tokens)) for i, (r, b) in enumerate(zip(runs[v], plain))]
-        stats["differences"] = [(i, d) for i, d in diffs if d is not None] if temp <= 0.0 else []
-        per_variant[v] = stats
-
+    plain, runs, per_variant = _decode(bb, head, encoded, variants, max_tokens=max_tokens, depth=depth, temp=temp, seed=seed)
     # the better variant; on a tie post-norm, what vLLM, SGLang and llama.cpp feed (SPEC §3)
     best = max(variants, key=lambda v: (per_variant[v]["acceptance"], v == "post"))
     chosen = per_variant[best]
     greedy = temp <= 0.0
-    divergences = []
-    for v, s in per_variant.items():
-        for i, d in s["differences"]:
-            mine, ref = runs[v][i].tokens, plain[i].tokens
-            margin, tol = (tie_margin(bb, encoded[i], ref[:d], ref[d], mine[d]) if d < min(len(mine), len(ref))
-                           else (float("inf"), 0.0))
-            tie = margin <= tol
-            divergences.append({"hidden": v, "prompt": i + 1, "token": d, "logit_margin": margin, "tolerance": tol,
-                                "numerical_tie": tie})
-            # CONTRACT: greedy output must equal plain decoding token for token, so even a near-tie
-            # fails; the message says which kind it was so a user on a bf16 GPU path can judge
-            if tie:
-                report["problems"].append(
-                    f"{v}-norm MTP output parts from plain greedy at token {d} of prompt {i + 1} on a numerical tie "
-                    f"(the two tokens' logits differ by {margin:.2g}, within rounding {tol:.2g}): likely compute-dtype "
-                    "rounding between the batched verify pass and single steps, not a conversion bug")
-            else:
-                report["problems"].append(
-                    f"greedy MTP output ({v}-norm hidden) differs from plain greedy decoding at token {d} of prompt "
-                    f"{i + 1} ({texts[i][:40]!r}; logit margin {margin:.3g}): the decoder or the backbone's caches are wrong")
+    divergences = _divergences(bb, encoded, texts, plain, runs, per_variant, report["problems"])
     report.update({k: v for k, v in chosen.items() if k != "differences"})
     report.update(
         identical=(not divergences) if greedy else None,
@@ -168,13 +116,8 @@ def verify(
             f"badly (a wrong norm convention gives ~0%, a double shift about half)")
     report["ok"] = not report["problems"]
     report["exit_code"] = 0 if report["ok"] else 1
-    if record and not report["ok"]:
-        report["recorded"] = None
-        report["notes"].append("the check failed: nothing recorded")
-    elif record:
-        report["recorded"] = record_measurement(hw.folder, report, expect=loaded_manifest)
-        if report["recorded"] is None:
-            report["notes"].append(f"no {MANIFEST} in {hw.folder} (head not written by mtpforge): nothing recorded")
+    if record:
+        _record(report, hw.folder, loaded_manifest)
     prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
     return report
 
@@ -225,52 +168,78 @@ def _manifest_bytes(folder: Path) -> bytes | None:
         return None
 
 
-def record_measurement(head_folder: Path, report: dict[str, Any], expect: bytes | None = None) -> str | None:
-    """Write the measured hidden variant and acceptance into the manifest, atomically.
+def _decode(bb: Any, head: Any, encoded: list[list[int]], variants: list[str], *, max_tokens: int, depth: int,
+            temp: float, seed: int | None) -> tuple[list[Any], dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """Plain and MTP decoding of every prompt, and the statistics per hidden variant."""
+    from .decoder.loop import HeadDrafter, mtp_decode, plain_decode
+    from .decoder.sampling import Chooser
+    from .decoder.stats import first_difference, summarize
 
-    A temp file beside the manifest and one ``os.replace``: a reader sees the old manifest or
-    the new one, never half; if the manifest is a symlink, the link is replaced by a file and
-    whatever it pointed to is left untouched (never write through a symlink).
-    Returns the manifest path, or None when there is no manifest.
-    """
-    from .manifest import head_intact
-    from .writer.lock import folder_lock
+    plain_decode(bb, encoded[0], max_tokens=min(8, max_tokens), chooser=Chooser(temp, seed))  # warm-up
+    # prompt by prompt, plain and MTP back to back: on a shared machine, load drifts between
+    # runs, and interleaving keeps the speed comparison fair
+    plain: list[Any] = []
+    runs: dict[str, list[Any]] = {v: [] for v in variants}
+    choosers = {v: Chooser(temp, seed) for v in variants}
+    plain_chooser = Chooser(temp, seed)
+    for p in encoded:
+        plain.append(plain_decode(bb, p, max_tokens=max_tokens, chooser=plain_chooser))
+        for v in variants:
+            runs[v].append(mtp_decode(bb, HeadDrafter(bb, head), p, max_tokens=max_tokens, depth=depth, hidden=v,
+                                      chooser=choosers[v]))
+    per_variant: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        stats = summarize(runs[v], plain)
+        diffs = [(i, first_difference(r.tokens, b.tokens)) for i, (r, b) in enumerate(zip(runs[v], plain))]
+        stats["differences"] = [(i, d) for i, d in diffs if d is not None] if temp <= 0.0 else []
+        per_variant[v] = stats
+    return plain, runs, per_variant
 
-    with folder_lock(head_folder):  # add-mtp / remove-mtp cannot swap the folder meanwhile
-        return _record(head_folder, report, expect, head_intact)
+
+def _divergences(bb: Any, encoded: list[list[int]], texts: list[str], plain: list[Any], runs: dict[str, list[Any]],
+                 per_variant: dict[str, dict[str, Any]], problems: list[str]) -> list[dict[str, Any]]:
+    """Where greedy MTP output parts from plain greedy output, and whether on a numerical tie."""
+    from .decoder.stats import tie_margin
+
+    divergences = []
+    for v, s in per_variant.items():
+        for i, d in s["differences"]:
+            mine, ref = runs[v][i].tokens, plain[i].tokens
+            margin, tol = (tie_margin(bb, encoded[i], ref[:d], ref[d], mine[d]) if d < min(len(mine), len(ref))
+                           else (float("inf"), 0.0))
+            tie = margin <= tol
+            divergences.append({"hidden": v, "prompt": i + 1, "token": d, "logit_margin": margin, "tolerance": tol,
+                                "numerical_tie": tie})
+            # CONTRACT: greedy output must equal plain decoding token for token, so even a near-tie
+            # fails; the message says which kind it was so a user on a bf16 GPU path can judge
+            if tie:
+                problems.append(
+                    f"{v}-norm MTP output parts from plain greedy at token {d} of prompt {i + 1} on a numerical tie "
+                    f"(the two tokens' logits differ by {margin:.2g}, within rounding {tol:.2g}): likely compute-dtype "
+                    "rounding between the batched verify pass and single steps, not a conversion bug")
+            else:
+                problems.append(
+                    f"greedy MTP output ({v}-norm hidden) differs from plain greedy decoding at token {d} of prompt "
+                    f"{i + 1} ({texts[i][:40]!r}; logit margin {margin:.3g}): the decoder or the backbone's caches are wrong")
+    return divergences
 
 
-def _record(head_folder: Path, report: dict[str, Any], expect: bytes | None, head_intact: Any) -> str | None:
-    path = head_folder / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        raw = path.read_bytes()
-        manifest = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
-                           "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
-    if not isinstance(manifest, dict) or (expect is not None and raw != expect) or not head_intact(head_folder, manifest):
-        raise RefusedError(f"the MTP head in {head_folder} changed while verify ran (or no longer matches {MANIFEST}), "
-                           "so this measurement was not recorded",
-                           "run `mtpforge verify --generate --record` again on the head as it is now")
-    manifest["verify"] = {
-        "hidden_state": report["hidden"],
-        "acceptance": round(report["acceptance"], 4),
-        "hidden_variants": {k: round(v, 4) for k, v in report["hidden_variants"].items()},
-        "acceptance_by_position": [round(a, 4) for a in report["acceptance_by_position"]],
-        "depth": report["depth"], "temp": report["temp"], "max_tokens": report["max_tokens"],
-        "prompts": report["prompts"], "identical": report["identical"],
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mtpforge_version": __version__,
-    }
-    fd, tmp = tempfile.mkstemp(prefix=".mtpforge-", suffix=".json.tmp", dir=head_folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(dump_json(manifest))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return str(path)
+def _record(report: dict[str, Any], head_folder: Path, loaded_manifest: bytes | None) -> None:
+    if not report["ok"]:
+        report["recorded"] = None
+        report["notes"].append("the check failed: nothing recorded")
+        return
+    report["recorded"] = record_measurement(head_folder, report, expect=loaded_manifest)
+    if report["recorded"] is None:
+        report["notes"].append(f"no {MANIFEST} in {head_folder} (head not written by mtpforge): nothing recorded")
+
+
+def _finite_draft(bb: Any, head: Any, prompt: list[int], problems: list[str]) -> None:
+    """NaN logits still argmax to some token, and acceptance then measures nothing."""
+    import mlx.core as mx
+
+    from .decoder.loop import draft_once
+
+    _, logits = draft_once(bb, head, prompt)
+    if not bool(mx.all(mx.isfinite(logits)).item()):
+        problems.append("the head's draft logits are not finite (NaN/Inf): its weights are damaged")

@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
 
-from mtpforge.families.tables import is_norm_key
-from mtpforge.passes.experts import to_switch_mlp
 
 
 def folder_state(root: Path) -> dict[str, str]:
@@ -41,15 +40,45 @@ def source_head(hf: Path) -> dict[str, mx.array]:
     return {k[4:]: v for k, v in load_all(hf).items() if k.startswith("mtp.")}
 
 
+#: the zero-centred norms of a Qwen3 MTP head, spelled out here (SPEC §4) rather than taken from
+#: the family tables, so this oracle shares no code with what it checks
+_HEAD_NORMS = ("pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight", "norm.weight")
+_LAYER_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+                "self_attn.k_norm.weight")
+_PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def _is_norm(bare: str) -> bool:
+    parts = bare.split(".", 2)
+    return bare in _HEAD_NORMS or (parts[0] == "layers" and len(parts) == 3 and parts[2] in _LAYER_NORMS)
+
+
+def _stacked(head: dict[str, mx.array]) -> dict[str, mx.array]:
+    """Experts as mlx-lm's switch_mlp holds them: [E, out, in] per projection; fused gate_up
+    rows are gate first, then up."""
+    out: dict[str, mx.array] = {}
+    per: dict[tuple[str, str], dict[int, mx.array]] = {}
+    for k, v in head.items():
+        if m := _PER_EXPERT.match(k):
+            per.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = v
+        elif k.endswith(".mlp.experts.gate_up_proj"):
+            mlp, half = k[: -len(".experts.gate_up_proj")], v.shape[1] // 2
+            out[f"{mlp}.switch_mlp.gate_proj.weight"] = v[:, :half, :]
+            out[f"{mlp}.switch_mlp.up_proj.weight"] = v[:, half:, :]
+        elif k.endswith(".mlp.experts.down_proj"):
+            out[f"{k[: -len('.experts.down_proj')]}.switch_mlp.down_proj.weight"] = v
+        else:
+            out[k] = v
+    for (mlp, proj), by_e in per.items():
+        out[f"{mlp}.switch_mlp.{proj}.weight"] = mx.stack([by_e[e] for e in range(len(by_e))])
+    return out
+
+
 def expected_bf16_head(hf: Path, expert_format: str) -> dict[str, mx.array]:
     """What a correct bf16 conversion must hold: norms = raw + 1 in float32, rounded once."""
     head = source_head(hf)
-    out = {}
-    for k, v in head.items():
-        out[k] = (v.astype(mx.float32) + 1.0).astype(v.dtype) if is_norm_key(k) else v
-    if expert_format == "switch_mlp":
-        out = to_switch_mlp(out)
-    return out
+    out = {k: (v.astype(mx.float32) + 1.0).astype(v.dtype) if _is_norm(k) else v for k, v in head.items()}
+    return _stacked(out) if expert_format == "switch_mlp" else out
 
 
 def rewrite(file: Path, fn: Callable[[dict[str, mx.array]], dict[str, mx.array]]) -> None:

@@ -10,13 +10,16 @@ Each check is a small function from what it reads to findings (docs/FINDINGS.md)
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.store import Store
 from ..errors import MtpforgeError
 from ..findings import ERROR, Finding, finding
 from ..layouts.quant import per_path_entries, quant_defaults
+
+if TYPE_CHECKING:
+    from .context import InspectContext
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
@@ -172,3 +175,13 @@ def _eos_pad(config: Mapping[str, Any], text: Mapping[str, Any], gen: Mapping[st
 def folder_findings(cat: Catalogue) -> list[Finding]:
     """All whole-folder checks of a local MLX or Hugging Face model folder."""
     return quantized_shape_findings(cat) + tokenizer_findings(cat.store, cat.config)
+
+
+def check(ctx: "InspectContext") -> list[Finding]:
+    """Local model folders only (over HTTP inspect reads headers; a drafter folder has no
+    tokenizer or backbone of its own)."""
+    from ..checkpoint.store import LocalStore
+
+    if not isinstance(ctx.store, LocalStore) or not ctx.holds_backbone:
+        return []
+    return folder_findings(ctx.cat)

@@ -15,11 +15,12 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from ..errors import MtpforgeError
+from ..layouts.table import LAYOUTS
 from . import norms as normchk
 
 #: layouts whose folder holds the backbone the head drafts for (a drafter folder does not; a raw
 #: Hugging Face checkpoint's convention is known from provenance)
-BEHAVIOUR_LAYOUTS = ("embedded", "sidecar", "vllm-mlx")
+BEHAVIOUR_LAYOUTS = tuple(name for name, spec in LAYOUTS.items() if spec.has_backbone)
 
 
 @dataclass

@@ -8,9 +8,22 @@ norms of the same kind, which answers ``unknown`` rather than guess. Never a val
 
 from __future__ import annotations
 
-from typing import Mapping
+import hashlib
+from typing import Any, Mapping
 
 import mlx.core as mx
+
+from ..checkpoint.catalogue import head_shards, load_catalogue
+from ..checkpoint.safetensors_header import TensorInfo
+from ..checkpoint.store import LocalStore
+from ..checkpoint.tensors import to_mx
+from ..errors import InputError, MtpforgeError
+from ..families.detect import detect_family
+from ..families.tables import is_norm_key
+from ..findings import Finding, finding
+from ..layouts.detect import is_raw_hf, locate_head, read_entries
+from ..layouts.table import MANIFEST
+from .context import InspectContext, open_target_store
 
 OFFSET_NAMES = {0: "raw", 1: "shifted", 2: "double-shifted"}
 
@@ -83,3 +96,181 @@ def classify_by_backbone(
     if len(close) != 1 or close[0] not in OFFSET_NAMES:
         return "unknown"
     return OFFSET_NAMES[close[0]]
+
+
+# ----------------------------------------------------------------------------- the inspect check
+
+#: backbone norms of one kind read for the conservative norm-convention comparison
+BACKBONE_REFS_PER_KIND = 8
+
+
+def source_norms(source: str, revision: str | None, keys: list[str],
+                 target_config: Mapping[str, Any] | None = None) -> dict[str, mx.array]:
+    """The source's head norms under bare ``keys``, zero-centred (a few KB; over HTTP only these).
+    With ``target_config`` (a --source the user named) a source of another family or size is
+    one clear error, not a silent "unknown"."""
+    from ..plan import check_compatible
+
+    src_store = open_target_store(source, revision)
+    src_cat = load_catalogue(src_store, all_safetensors=False,
+                             index_files=None if isinstance(src_store, LocalStore) else head_shards)
+    src_family = detect_family(src_cat.config)
+    if target_config is not None:
+        if src_family is None:
+            raise InputError(f"--source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
+                             "pass the original Hugging Face checkpoint of this model as --source")
+        try:
+            check_compatible(src_cat.config, target_config, src_family, detect_family(target_config) or src_family)
+        except MtpforgeError as e:
+            raise InputError(f"--source {source} is not this model's original: {e.message}",
+                             "pass the original Hugging Face checkpoint of this model as --source") from None
+    src_loc = locate_head(src_cat, src_family)
+    vals = read_entries(src_cat, {k: src_loc.entries[k] for k in keys if k in src_loc.entries})
+    if is_raw_hf(src_cat):
+        return vals
+    return {k: v.astype(mx.float32) - 1.0 for k, v in vals.items()}
+
+
+def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo]) -> bool:
+    recorded = ctx.manifest["tensors"] if ctx.manifest else {}
+    for bare, info in norm_entries.items():
+        rec = recorded.get(ctx.loc.stored_keys.get(bare, bare))
+        if not isinstance(rec, dict) or rec.get("sha256") != hashlib.sha256(ctx.cat.read_tensor_bytes(info)).hexdigest():
+            return False
+    return True
+
+
+def _from_backbone(ctx: InspectContext, values: dict[str, mx.array]) -> tuple[str, str, dict[str, str]]:
+    """Conservative: compare with the backbone's norms of the same kind."""
+    backbone_shifted = not is_raw_hf(ctx.cat)
+    kinds = set(filter(None, (backbone_kind(k) for k in values)))
+    by_kind: dict[str, list[TensorInfo]] = {}
+    for name, info in ctx.cat.tensors.items():
+        if ".mtp." in name or name.startswith("mtp."):
+            continue
+        for sfx in kinds:
+            # a few layers show a kind's level; every layer of a 94-layer model over HTTP would
+            # be hundreds of range requests for the same answer
+            if name.endswith(sfx) and len(info.shape) == 1 and len(by_kind.get(sfx, ())) < BACKBONE_REFS_PER_KIND:
+                by_kind.setdefault(sfx, []).append(info)
+    verdicts = {}
+    for k, v in values.items():
+        kind = backbone_kind(k)
+        if kind is None:
+            continue
+        refs = [to_mx(i, ctx.cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]
+        verdicts[k] = classify_by_backbone(v, refs, backbone_shifted)
+    conv = aggregate(verdicts)
+    return ("unknown" if conv == "none" else conv), "backbone", verdicts
+
+
+def _exact(ctx: InspectContext, src: str, values: dict[str, mx.array]) -> dict[str, str]:
+    """Per-norm verdicts against ``src``'s norms; the user's --source must be this model's."""
+    mine = src == ctx.source
+    refs = source_norms(src, ctx.source_revision if mine else None, list(values),
+                        target_config=ctx.cat.config if mine else None)
+    return {k: classify_exact(v, refs[k]) if k in refs else "unknown" for k, v in values.items()}
+
+
+def _answered(ctx: InspectContext, how: str, verdicts: dict[str, str],
+              evidence: dict[str, str] | None = None) -> None:
+    """Record which evidence decided each norm (``norm_evidence``) and its verdict."""
+    ev = evidence or {k: (how if v != "unknown" else "unknown") for k, v in verdicts.items()}
+    ctx.report["norm_evidence"] = {ctx.loc.stored_keys.get(k, k): e for k, e in sorted(ev.items())}
+    ctx.report["norm_verdicts"] = {ctx.loc.stored_keys.get(k, k): v for k, v in sorted(verdicts.items())}
+
+
+def _third_party(ctx: InspectContext, values: dict[str, mx.array]) -> Any:
+    """The model card's source, then the head's behaviour on its backbone; None: undecided."""
+    from .context import _base_model
+    from .norm_sources import from_behaviour, from_model_card
+
+    notes: list[str] = ctx.report.setdefault("norm_notes", [])
+    card = from_model_card(_base_model(ctx.store), values, lambda src: _exact(ctx, src, values), notes)
+    for ans in (card, from_behaviour(getattr(ctx.store, "root", None), ctx.loc.layout, list(values), notes)
+                if ctx.behaviour and (card is None or card.convention == "unknown") and isinstance(ctx.store, LocalStore) else None):
+        if ans is not None:
+            ctx.report.update(ans.report)
+            if ans.convention != "unknown":
+                return ans
+    return None
+
+
+def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Finding]]:
+    """(convention, how it was decided, per-tensor verdicts, findings): the source's tensors,
+    else mtpforge's manifest checked against the tensors' hashes, else the model card's source,
+    else the head's behaviour, else the backbone."""
+    norm_entries = {k: v for k, v in ctx.loc.entries.items() if is_norm_key(k)}
+    if not norm_entries:
+        return "none", "none", {}, []
+    values = read_entries(ctx.cat, norm_entries)
+    found: list[Finding] = []
+    if ctx.source:
+        verdicts = _exact(ctx, ctx.source, values)
+        ctx.report["norm_source"] = ctx.source
+        if verdicts and set(verdicts.values()) == {"unknown"}:
+            found.append(finding(
+                "SOURCE_MISMATCH", f"the head's norms match neither the raw nor the shifted values of {ctx.source}: "
+                "it is another model's source (same sizes), or the head was changed",
+                "pass this model's own original checkpoint as --source, or re-create the head from it with add-mtp --force"))
+        _answered(ctx, "source", verdicts)
+        return aggregate(verdicts), "source", verdicts, found
+    m = ctx.manifest
+    if m and isinstance(m.get("tensors"), dict) and m.get("norm_convention"):
+        if _manifest_matches(ctx, norm_entries):
+            conv = str(m["norm_convention"])
+            verdicts = {k: conv for k in norm_entries}
+            _answered(ctx, "manifest", verdicts)
+            return conv, "manifest", verdicts, found
+        found.append(finding(
+            "MANIFEST_STALE", f"{MANIFEST} does not match the head's norm tensors (changed after mtpforge wrote it)",
+            "re-run `mtpforge add-mtp --force`, or pass --source to compare with the original",
+        ))
+    ans = _third_party(ctx, values)
+    if ans is not None:
+        _answered(ctx, ans.how, ans.verdicts, ans.evidence)
+        return ans.convention, ans.how, ans.verdicts, found
+    conv, how, verdicts = _from_backbone(ctx, values)
+    verdicts.update({k: "unknown" for k in values if k not in verdicts})
+    how = how if conv != "unknown" else "unknown"
+    _answered(ctx, how, verdicts)
+    return conv, how, verdicts, found
+
+
+def check(ctx: InspectContext) -> list[Finding]:
+    """MTP_NORMS_RAW / _DOUBLE_SHIFTED / _MIXED, NORM_CONVENTION_UNKNOWN, MANIFEST_STALE."""
+    if not ctx.has_head:
+        return []
+    conv, how, verdicts, out = convention(ctx)
+    ctx.report["norm_convention"] = conv
+    ctx.report["norm_convention_from"] = how
+    expected_conv = "raw" if ctx.raw else "shifted"
+    from .norm_sources import BEHAVIOUR_LAYOUTS
+
+    repair = f"fix it in place: mtpforge repair-norms {ctx.target}; or " if ctx.loc.layout in BEHAVIOUR_LAYOUTS else ""
+    fix = f"{repair}re-create the head: {ctx.add_fix} --force"
+    if conv == "raw" and expected_conv == "shifted":
+        out.append(finding(
+            "MTP_NORMS_RAW", f"the head's RMSNorm weights are zero-centred (raw Hugging Face convention) in the {ctx.loc.layout} layout, whose runtime applies them as-is: ≈0% acceptance",
+            f"{repair}re-create the head with the +1 shift: {ctx.add_fix} --force",
+        ))
+    elif conv == "shifted" and expected_conv == "raw":
+        out.append(finding(
+            "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms are already shifted in a raw Hugging Face checkpoint; mlx-lm will add +1 again",
+            "restore the original zero-centred norms (re-download the source)",
+        ))
+    elif conv == "mixed":
+        bad = sorted(k for k, v in verdicts.items() if v not in (expected_conv, "unknown"))
+        out.append(finding(
+            "MTP_NORMS_MIXED", f"some head norms are shifted and others are not (e.g. {bad[0] if bad else '?'})", fix,
+        ))
+    elif conv == "double-shifted":
+        out.append(finding(
+            "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms carry +2 instead of +1 (shifted twice): acceptance halves", fix,
+        ))
+    elif conv == "unknown":
+        out.append(finding(
+            "NORM_CONVENTION_UNKNOWN", "the head's norm convention could not be decided without the source tensors",
+            f"pass --source {ctx.src_hint} to compare exactly (fetches a few KB)",
+        ))
+    return out

@@ -35,10 +35,6 @@ class Run:
     verify_passes: int = 0
     rollbacks: int = 0
 
-    @property
-    def tok_s(self) -> float:
-        return (len(self.tokens) - 1) / self.seconds if self.seconds > 0 and len(self.tokens) > 1 else 0.0
-
 
 def _finish(tokens: list[int], max_tokens: int, eos: set[int]) -> list[int]:
     out = tokens[:max_tokens]

@@ -25,6 +25,15 @@ class HeadLocation:
     also_found: list[str] = field(default_factory=list)
 
     @property
+    def found(self) -> bool:
+        return self.layout != "none"
+
+    @property
+    def raw(self) -> bool:
+        """Found in a raw Hugging Face checkpoint (a source), not in an MLX layout."""
+        return self.layout == "hf"
+
+    @property
     def files(self) -> list[str]:
         return sorted({i.file for i in self.entries.values()})
 

@@ -14,4 +14,5 @@ def place(family: FamilySpec) -> Placement:
     return Placement("mlx-vlm-drafter", DRAFTER_FILE, "", False, "", separate_folder=True)
 
 
-LAYOUT = LayoutSpec("mlx-vlm-drafter", "mlx-vlm", place, separate_folder=True)
+LAYOUT = LayoutSpec("mlx-vlm-drafter", "mlx-vlm", place, has_backbone=False, source_experts=False,
+                    separate_folder=True)

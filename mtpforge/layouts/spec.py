@@ -65,3 +65,7 @@ class LayoutSpec:
     place: Callable[[FamilySpec], Placement]
     #: the head goes into its own folder beside the target (known before the family is)
     separate_folder: bool = False
+    #: the folder it writes holds a backbone (a separate drafter folder does not: nothing to verify)
+    has_backbone: bool = True
+    #: its runtime loads MoE experts in the source format (per-expert / fused)
+    source_experts: bool = True

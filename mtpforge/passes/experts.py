@@ -17,10 +17,35 @@ _FUSED = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(gate_up_proj|down_proj)$")
 _SWITCH = re.compile(r"^(layers\.\d+\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
+def fused_rows(proj: str, rows: int) -> tuple[int, int]:
+    """[start, end) rows of ``proj`` inside one expert's fused ``gate_up_proj`` slab of ``rows``
+    rows: gate first, then up, on axis -2 (SPEC §2)."""
+    half = rows // 2
+    return (half, rows) if proj == "up_proj" else (0, half)
+
+
+def expert_span(src_fmt: str, proj: str, e: int, n_experts: int, shape: tuple[int, ...],
+                nbytes: int) -> tuple[int, int, tuple[int, ...]]:
+    """The slice pass the writer runs: where expert ``e``'s ``proj`` lies inside the source
+    tensor (``shape``, ``nbytes``), as a contiguous byte range and its 2-D shape. A per-expert
+    tensor is its own slice; a fused stack [E, rows, cols] is contiguous per expert, and gate and
+    up are contiguous row ranges within it."""
+    if src_fmt == "per-expert":
+        return 0, nbytes, tuple(shape)
+    per = nbytes // n_experts
+    rows, cols = shape[1], shape[2]
+    if proj == "down_proj":
+        return e * per, (e + 1) * per, (rows, cols)
+    a, b = fused_rows(proj, rows)
+    row_bytes = per // rows
+    return e * per + a * row_bytes, e * per + b * row_bytes, (b - a, cols)
+
+
 def split_gate_up(gate_up: mx.array) -> tuple[mx.array, mx.array]:
-    """Fused rows are gate first, then up, on axis -2 (SPEC §2)."""
-    mid = gate_up.shape[-2] // 2
-    return gate_up[..., :mid, :], gate_up[..., mid:, :]
+    """Whole tensor: a fused ``gate_up_proj`` as its gate and up halves (``fused_rows``)."""
+    rows = gate_up.shape[-2]
+    (g0, g1), (u0, u1) = fused_rows("gate_proj", rows), fused_rows("up_proj", rows)
+    return gate_up[..., g0:g1, :], gate_up[..., u0:u1, :]
 
 
 def switch_key(mlp: str, proj: str) -> str:

@@ -16,9 +16,15 @@ from ..families.tables import is_norm_key
 NORM_OFFSET = 1.0
 
 
+def add_offset(w32: mx.array, offset: float = NORM_OFFSET) -> mx.array:
+    """The slice pass the writer runs: a float32 slice (or row block) of a norm, plus the
+    offset; the caller rounds once, when it casts or quantizes."""
+    return w32 + offset
+
+
 def shift_norm(w: mx.array, offset: float = NORM_OFFSET) -> mx.array:
-    """``w + offset`` computed in float32, then rounded once to the tensor's dtype."""
-    return (w.astype(mx.float32) + offset).astype(w.dtype)
+    """Whole tensor: ``w + offset`` computed in float32, then rounded once to its dtype."""
+    return add_offset(w.astype(mx.float32), offset).astype(w.dtype)
 
 
 def shift_norms(tensors: Mapping[str, mx.array], offset: float = NORM_OFFSET) -> dict[str, mx.array]:

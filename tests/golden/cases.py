@@ -1,8 +1,9 @@
 """The byte-identical guard: sha256 of every file add-mtp writes, for the bundled models and a
 Qwen3-Next fixture, in every layout and precision add-mtp supports.
 
-``add_mtp_hashes.json`` was recorded by the code before the architecture refactor; the test
-compares today's outputs with it. Regenerate (only when an output change is intended, and say
+``add_mtp_hashes.json`` was recorded by the code before the architecture refactor (main at
+6004dfb; against a241ded only ``mtpforge.json`` differs, by the manifest's second version with
+file hashes); the test compares today's outputs with it. Regenerate (only when an output change is intended, and say
 why in the commit) with::
 
     python -m tests.golden.cases --write

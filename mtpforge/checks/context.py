@@ -1,0 +1,138 @@
+"""What every inspect check reads: the target opened once, its family, its head, its manifest.
+
+``build_context`` does the reading; the checks (``checks/index.py``, ``structure.py``,
+``quant.py``, ``norms.py``, ``runtime.py``, ``data.py``) only look and add findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..checkpoint.catalogue import Catalogue, load_catalogue
+from ..checkpoint.store import LocalStore, Store
+from ..errors import InputError
+from ..families import FAMILIES
+from ..families.detect import detect_family
+from ..families.spec import FamilySpec
+from ..families.tables import declared_mtp_layers
+from ..layouts.detect import HeadLocation, is_raw_hf, locate_head
+from ..layouts.table import MANIFEST
+from ..manifest import read_manifest_hint
+
+
+def open_target_store(target: str, revision: str | None = None) -> Store:
+    """A local folder when the path exists, else a Hub repo id."""
+    p = Path(target)
+    if p.exists() or target.startswith((".", "/", "~")) or target.count("/") != 1:
+        return LocalStore(p.expanduser())
+    from ..checkpoint.hub import open_store
+
+    return open_store(target, revision)
+
+
+def _base_model(store: Store) -> str | None:
+    """``base_model`` from a model card's front matter: community conversions name their source."""
+    if not store.exists("README.md"):
+        return None
+    try:
+        text = store.read_range("README.md", 0, min(store.size("README.md"), 16384)).decode("utf-8", "replace")
+    except Exception:  # a model card is a hint, never a reason to fail
+        return None
+    m = re.search(r"^base_model:\s*\n?\s*-?\s*([\w.\-]+/[\w.\-]+)", text, re.M)
+    return m.group(1) if m else None
+
+
+@dataclass
+class InspectContext:
+    """The target as read once, the caller's options, and the report the checks fill in."""
+
+    target: str
+    store: Store
+    cat: Catalogue
+    family: str
+    spec: FamilySpec
+    declared: int
+    loc: HeadLocation
+    manifest: Optional[dict[str, Any]]
+    source: Optional[str]
+    source_revision: Optional[str]
+    runtime: Optional[str]
+    mlx_lm_version: Optional[str]
+    data_checks: bool
+    src_hint: str
+    #: the norm check may decode with the head when nothing else decides its norms
+    behaviour: bool = True
+    report: dict[str, Any] = field(default_factory=dict)
+    #: bare keys -> unquantized shapes the config implies (set by the structure check)
+    expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: module -> stored precision (set by the quant check)
+    precisions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_head(self) -> bool:
+        return self.loc.found
+
+    @property
+    def raw(self) -> bool:
+        """The head sits in a raw Hugging Face checkpoint (a source, not an MLX folder)."""
+        return self.loc.raw
+
+    @property
+    def holds_backbone(self) -> bool:
+        """The folder holds the backbone its head drafts for (a drafter folder does not)."""
+        from ..layouts.table import LAYOUTS
+
+        return self.loc.layout not in LAYOUTS or LAYOUTS[self.loc.layout].has_backbone
+
+    @property
+    def add_fix(self) -> str:
+        return f"mtpforge add-mtp --source {self.src_hint} --target {self.target}"
+
+
+def build_context(
+    target: str, store: Store | None = None, *, revision: str | None, source: str | None, source_revision: str | None,
+    runtime: str | None, mlx_lm_version: str | None, data_checks: bool, use_manifest: bool, behaviour: bool = True,
+) -> InspectContext:
+    store = store if store is not None else open_target_store(target, revision)
+    cat = load_catalogue(store)
+    family = detect_family(cat.config)
+    if family is None:
+        raise InputError(
+            f"{store.name} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint (model_type {cat.config.get('model_type')!r})",
+            "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next",
+        )
+    loc = locate_head(cat, family)
+    manifest = read_manifest_hint(store) if use_manifest else None
+    src_hint = (
+        source
+        or ((manifest or {}).get("source") or {}).get("repo")
+        or _base_model(store)
+        or "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
+    )
+    ctx = InspectContext(target, store, cat, family, FAMILIES[family], declared_mtp_layers(cat.config, family), loc,
+                         manifest, source, source_revision, runtime, mlx_lm_version, data_checks, src_hint, behaviour)
+    ctx.report = _report(ctx)
+    return ctx
+
+
+def _report(ctx: InspectContext) -> dict[str, Any]:
+    from ..layouts.quant import quant_defaults
+
+    return {
+        "target": ctx.target,
+        "family": ctx.family,
+        "layout": ctx.loc.layout,
+        "config_mtp_layers": ctx.declared,
+        "mtp_tensors": len(ctx.loc.entries),
+        "mtp_bytes": ctx.loc.nbytes,
+        "norm_convention": "none",
+        "norm_convention_from": "none",
+        "expert_format": "none",
+        "quantization": {"default": quant_defaults(ctx.cat.config), "mtp_modules": {}},
+        "files": ctx.loc.files,
+        "manifest": MANIFEST if ctx.manifest else None,
+        "raw_hf": is_raw_hf(ctx.cat),
+    }

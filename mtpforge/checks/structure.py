@@ -1,0 +1,77 @@
+"""Is there a head, does the config declare it, and is its key set the one the config implies
+(MTP_CONFIG_WITHOUT_WEIGHTS, MTP_HEAD_MISSING, MTP_WEIGHTS_WITHOUT_CONFIG, MTP_MISSING_TENSORS,
+MTP_UNEXPECTED_TENSORS)."""
+
+from __future__ import annotations
+
+from ..families.tables import expected_head, expert_format_of, is_moe
+from ..findings import Finding, finding
+from .context import InspectContext
+
+
+def modules(bare_keys: list[str]) -> list[str]:
+    """Module names of stored keys: a quantized triplet is one module."""
+    out = set()
+    for k in bare_keys:
+        for sfx in (".weight", ".scales", ".biases"):
+            if k.endswith(sfx):
+                out.add(k[: -len(sfx)])
+                break
+        else:
+            out.add(k)
+    return sorted(out)
+
+
+def check(ctx: InspectContext) -> list[Finding]:
+    loc, fam, declared = ctx.loc, ctx.spec, ctx.declared
+    out: list[Finding] = []
+    if loc.also_found:
+        out.append(finding("MTP_UNEXPECTED_TENSORS",
+                           f"heads in several layouts at once: {loc.layout} and {', '.join(loc.also_found)}",
+                           "keep one: `mtpforge remove-mtp` then `mtpforge add-mtp --layout …`"))
+    if not ctx.has_head:
+        return out + _no_head(ctx)
+    if declared == 0 and not (ctx.raw and fam.ships_head_undeclared):
+        # a raw Qwen3-Next release ships its head with no count in the config (vLLM defaults
+        # it to 1): that is the source as published, not a defect
+        out.append(finding(
+            "MTP_WEIGHTS_WITHOUT_CONFIG",
+            f"{len(loc.entries)} MTP tensors are stored but the config declares no MTP layers ({' / '.join(fam.count_keys)})",
+            f"set {fam.count_keys[0]} to the number of MTP layers in config.json, or re-run `mtpforge add-mtp --force`",
+        ))
+    bare_keys = list(loc.entries)
+    fmt = expert_format_of(bare_keys) if is_moe(ctx.cat.config) else "none"
+    ctx.report["expert_format"] = fmt
+    found_layers = {int(k.split(".")[1]) for k in bare_keys if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    n_layers = declared or (max(found_layers) + 1 if found_layers else 1)
+    ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None)
+    stored, wanted = set(modules(bare_keys)), set(modules(list(ctx.expected)))
+    missing, unexpected = sorted(wanted - stored), sorted(stored - wanted)
+    if missing:
+        out.append(finding(
+            "MTP_MISSING_TENSORS", f"{len(missing)} MTP tensor(s) the config implies are missing (e.g. {missing[0]})",
+            f"re-create the head: {ctx.add_fix} --force",
+        ))
+    if unexpected:
+        out.append(finding(
+            "MTP_UNEXPECTED_TENSORS",
+            f"{len(unexpected)} MTP tensor(s) the config does not imply (e.g. {unexpected[0]})",
+            f"remove the stray tensors or re-create the head: {ctx.add_fix} --force",
+        ))
+    return out
+
+
+def _no_head(ctx: InspectContext) -> list[Finding]:
+    if ctx.declared > 0:
+        return [finding(
+            "MTP_CONFIG_WITHOUT_WEIGHTS",
+            f"config declares {ctx.declared} MTP layer(s) but the folder holds no MTP tensors "
+            "(mlx_lm.convert drops them)",
+            ctx.add_fix,
+        )]
+    if ctx.spec.ships_head_undeclared:
+        return [finding(
+            "MTP_HEAD_MISSING", f"no MTP head; {ctx.family} releases ship one, so speculative decoding with it is unavailable",
+            ctx.add_fix,
+        )]
+    return []

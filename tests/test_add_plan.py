@@ -1,0 +1,57 @@
+"""add-mtp planned from data alone: configs and tensor headers in memory, no file opened. The
+plan must say what the real run (recorded in tests/golden) wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mtpforge.checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
+from mtpforge.families.detect import detect_family
+from mtpforge.layouts.detect import HeadLocation
+from mtpforge.options import AddOptions
+from mtpforge.pipeline import SourceHead, make_plan
+from tests.golden import cases as golden
+from tests.support.synth import hf_tensor_specs, tiny_config
+
+GOLDEN = json.loads(golden.GOLDEN.read_text())["cases"]
+
+
+def _source_head(config: dict) -> SourceHead:
+    """The Qwen3-Next fixture's head as its safetensors headers describe it: bf16, packed."""
+    entries, offset = {}, 0
+    for name, (shape, *_rest) in sorted(hf_tensor_specs(config).items()):
+        if not name.startswith("mtp."):
+            continue
+        n = DTYPE_SIZES["BF16"]
+        for d in shape:
+            n *= d
+        entries[name[len("mtp."):]] = TensorInfo(name, "model-00003-of-00003.safetensors", "BF16", tuple(shape), offset, offset + n)
+        offset += n
+    head = HeadLocation("hf", entries, {k: i.name for k, i in entries.items()})
+    return SourceHead("qwen3_next", config, detect_family(config), head, None, True,
+                      {"model-00003-of-00003.safetensors": offset})
+
+
+@pytest.mark.parametrize("layout,precision", [("sidecar", "match"), ("vllm-mlx", "bf16"), ("sidecar", "8")])
+def test_plan_from_data_matches_the_recorded_run(layout, precision):
+    config = tiny_config("qwen3_next")
+    target_config = {**config, "quantization": {"group_size": 64, "bits": 4, "mode": "affine"}}
+    options = AddOptions(source="/nowhere/qwen3_next", target="/nowhere/target", layout=layout, precision=precision)
+    plan = make_plan(options, target=Path("/nowhere/target"), target_config=target_config, family="qwen3_next",
+                     source=_source_head(config))
+    recorded = GOLDEN[f"qwen3_next/q4/{layout}/precision={precision}"]
+    got = plan.result().as_dict()
+    assert {k: got[k] for k in ("layout", "family", "expert_format", "mtp_tensors", "mtp_bytes")} == \
+        {k: v for k, v in recorded["report"].items() if k != "status"}
+    assert sorted(Path(f).relative_to("/nowhere").as_posix() for f in plan.files) == recorded["files_written"]
+    assert not Path("/nowhere").exists()
+
+
+def test_plan_refuses_a_layout_the_family_has_not():
+    config = tiny_config("qwen3_next")
+    with pytest.raises(Exception, match="embedded layout does not apply"):
+        make_plan(AddOptions(source="s", target="t", layout="embedded"), target=Path("/nowhere/t"),
+                  target_config=config, family="qwen3_next", source=_source_head(config))
