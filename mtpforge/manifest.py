@@ -275,9 +275,6 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
     it hashed; config.json and the index are restored only where they differ from what add-mtp
     produced in keys add-mtp writes; a symlink is restored only inside the folder (or into the
     Hub cache blob store of a snapshot) and only to the bytes recorded."""
-    from .checkpoint.safetensors_header import read_local_header
-    from .layouts.write import dump_json
-
     plan = UndoPlan()
     added, changed = manifest.get("added", []), manifest.get("changed") or {}
     hashes = manifest.get("file_sha256") or {}
@@ -292,129 +289,151 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
     if not drafter and "config.json" not in changed:
         raise _refuse(folder, "it does not record how config.json looked before add-mtp")
     for rel in added:
-        if rel == MANIFEST:
-            continue
-        p = folder / rel
-        allowed = rel in HEAD_FILES or rel == VLLM_MLX_MANIFEST or (drafter and rel in ("model.safetensors", "config.json"))
-        if not allowed:
-            raise _refuse(folder, f"it lists {rel} as added, and add-mtp never adds a file of that name")
-        if not os.path.lexists(p):
-            continue  # already gone
-        if p.is_symlink() or not p.is_file():
-            raise _refuse(folder, f"{rel} is not the regular file add-mtp wrote")
-        sha = hashes.get(rel)
-        if sha is not None:
-            if not isinstance(sha, str) or file_sha(p) != sha:
-                raise _refuse(folder, f"{rel} is not the file add-mtp wrote (its bytes changed since)")
-        elif rel == VLLM_MLX_MANIFEST:
-            if _get(_read_json_file(p), ["producer"]) != "mtpforge":
-                raise _refuse(folder, f"{rel} was not written by mtpforge")
-        elif rel == "config.json":
-            if _get(_read_json_file(p), ["model_type"]) != DRAFTER_MODEL_TYPE:
-                raise _refuse(folder, f"{rel} is not an mlx-vlm drafter config")
-        else:
-            raise _refuse(folder, f"it records no hash for {rel}")
-        if rel.endswith(".safetensors") and not drafter:
-            try:
-                keys = list(read_local_header(p, rel).tensors)
-            except MtpforgeError:
-                raise _refuse(folder, f"{rel} is not a safetensors file") from None
-            if any(not _is_mtp_path(k) for k in keys):
-                raise _refuse(folder, f"{rel} holds tensors that are not the MTP head")
-        plan.remove.append(rel)
+        if rel != MANIFEST and _added_file_removable(folder, rel, hashes, drafter):
+            plan.remove.append(rel)
     plan.remove.append(MANIFEST)
-
     for rel, before in changed.items():
         if rel not in EDITED_FILES or (drafter and rel in added):
             raise _refuse(folder, f"it asks to restore {rel}, a file add-mtp never edits")
-        kind = before.get("kind")
-        p = folder / rel
-        if p.is_symlink() or not p.is_file():
-            raise _refuse(folder, f"{rel} is not the file add-mtp wrote")
-        current_bytes = p.read_bytes()
-        current = _read_json_file(p)
-        if not isinstance(current, dict):
-            raise _refuse(folder, f"{rel} is not a JSON object")
-        before_bytes: bytes | None
-        if kind == "file":
-            text = before.get("text")
-            if not isinstance(text, str):
-                raise _refuse(folder, f"its record of {rel} is malformed")
-            before_bytes = text.encode("utf-8")
-        elif kind == "symlink":
-            dest = _link_allowed(folder, before.get("target"))  # type: ignore[arg-type]
-            if dest is None:
-                raise _refuse(folder, f"it asks to make {rel} a link to {str(before.get('target'))[:80]!r}, which leaves the folder")
-            before_bytes = dest.read_bytes()
-        elif kind == "absent":
-            before_bytes = None
-            if rel != INDEX_FILE:
-                raise _refuse(folder, f"it says {rel} did not exist before")
-        else:
-            raise _refuse(folder, f"its record of {rel} is malformed")
-        sha, after_sha = before.get("sha256"), before.get("after_sha256")
-        if after_sha is not None and (not isinstance(after_sha, str) or (before_bytes is not None and not isinstance(sha, str))):
-            raise _refuse(folder, f"its record of {rel} is malformed")
-        if before_bytes is not None and sha is not None and hashlib.sha256(before_bytes).hexdigest() != sha:
-            raise _refuse(folder, f"its record of {rel} does not match its own hash")
-        old: Any = None
-        if before_bytes is not None:
-            try:
-                old = json.loads(before_bytes)
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                raise _refuse(folder, f"its record of {rel} is not JSON") from None
-            if not isinstance(old, dict):
-                raise _refuse(folder, f"its record of {rel} is not a JSON object")
-        exact = after_sha == hashlib.sha256(current_bytes).hexdigest() if after_sha is not None else None
-        if before_bytes is None:
-            # add-mtp created the index: it goes only as add-mtp wrote it (no metadata, exactly
-            # the tensors of the folder's shards), and a record that also holds "how it looked"
-            # contradicts itself
-            if not exact:
-                raise _refuse(folder, f"{rel} was created by add-mtp and changed since")
-            if "text" in before or "sha256" in before or "target" in before or not _generated_index(folder, current):
-                raise _refuse(folder, f"it says {rel} did not exist before, but that index is not one add-mtp creates")
-            plan.remove.append(rel)
-            continue
-        bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth)]
-        patch = before.get("patch")
-        if not bad and not (exact is False and isinstance(patch, list)):
-            # only keys add-mtp writes differ: the bytes as they were
-            if kind == "symlink":
-                plan.link[rel] = before["target"]
-            else:
-                plan.write[rel] = before_bytes
-            continue
-        if exact is False and isinstance(patch, list):
-            # edited after add-mtp: take back add-mtp's keys, keep the user's edits
-            new = json.loads(current_bytes)
-            for e in patch:
-                pth = e.get("path") if isinstance(e, dict) else None
-                if not isinstance(pth, list) or not pth or not all(isinstance(k, str) for k in pth) \
-                        or not allowed_change(rel, tuple(pth)):
-                    raise _refuse(folder, f"its record of {rel} changes keys add-mtp never writes")
-                b, a = e.get("before", _MISSING), e.get("after", _MISSING)
-                if _get(old, pth) != b:
-                    raise _refuse(folder, f"its record of {rel} contradicts itself")
-                if _get(current, pth) != a:
-                    raise UntrustedManifest(
-                        f"{rel} key {'.'.join(pth)} was changed after add-mtp, so removing the head would discard that edit; nothing was changed",
-                        f"set {'.'.join(pth)} back to {json.dumps(a)[:60]} (what add-mtp wrote), or edit {rel} by hand and delete {MANIFEST}")
-                _put(new, pth, b)
-            for k in ("quantization", "quantization_config"):
-                if isinstance(new.get(k), dict) and not new[k] and k not in old:
-                    del new[k]
-            if new == old:
-                plan.write[rel] = before_bytes  # nothing else was edited after all: the bytes as they were
-            else:
-                plan.write[rel] = dump_json(new)
-                plan.kept_edits.append(rel)
-            continue
-        where = ".".join(bad[0])
-        raise _refuse(folder, f"restoring {rel} from it would change {where}, which add-mtp never writes" +
-                      (" (the file was edited after add-mtp)" if exact is False or exact is None else ""))
+        _plan_restore(folder, rel, before, plan)
     _check_index_after(folder, plan)
     return plan
+
+
+def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafter: bool) -> bool:
+    """Whether a file the manifest lists as added is there to remove (False: already gone);
+    refuses a file add-mtp never writes or whose bytes are not the ones it wrote."""
+    from .checkpoint.safetensors_header import read_local_header
+
+    p = folder / rel
+    allowed = rel in HEAD_FILES or rel == VLLM_MLX_MANIFEST or (drafter and rel in ("model.safetensors", "config.json"))
+    if not allowed:
+        raise _refuse(folder, f"it lists {rel} as added, and add-mtp never adds a file of that name")
+    if not os.path.lexists(p):
+        return False
+    if p.is_symlink() or not p.is_file():
+        raise _refuse(folder, f"{rel} is not the regular file add-mtp wrote")
+    sha = hashes.get(rel)
+    if sha is not None:
+        if not isinstance(sha, str) or file_sha(p) != sha:
+            raise _refuse(folder, f"{rel} is not the file add-mtp wrote (its bytes changed since)")
+    elif rel == VLLM_MLX_MANIFEST:
+        if _get(_read_json_file(p), ["producer"]) != "mtpforge":
+            raise _refuse(folder, f"{rel} was not written by mtpforge")
+    elif rel == "config.json":
+        if _get(_read_json_file(p), ["model_type"]) != DRAFTER_MODEL_TYPE:
+            raise _refuse(folder, f"{rel} is not an mlx-vlm drafter config")
+    else:
+        raise _refuse(folder, f"it records no hash for {rel}")
+    if rel.endswith(".safetensors") and not drafter:
+        try:
+            keys = list(read_local_header(p, rel).tensors)
+        except MtpforgeError:
+            raise _refuse(folder, f"{rel} is not a safetensors file") from None
+        if any(not _is_mtp_path(k) for k in keys):
+            raise _refuse(folder, f"{rel} holds tensors that are not the MTP head")
+    return True
+
+
+def _recorded_before(folder: Path, rel: str, before: dict[str, Any]) -> tuple[bytes | None, Any]:
+    """The bytes (None: absent) and parsed JSON of ``rel`` before add-mtp, as the record says."""
+    kind = before.get("kind")
+    before_bytes: bytes | None
+    if kind == "file":
+        text = before.get("text")
+        if not isinstance(text, str):
+            raise _refuse(folder, f"its record of {rel} is malformed")
+        before_bytes = text.encode("utf-8")
+    elif kind == "symlink":
+        dest = _link_allowed(folder, before.get("target"))  # type: ignore[arg-type]
+        if dest is None:
+            raise _refuse(folder, f"it asks to make {rel} a link to {str(before.get('target'))[:80]!r}, which leaves the folder")
+        before_bytes = dest.read_bytes()
+    elif kind == "absent":
+        before_bytes = None
+        if rel != INDEX_FILE:
+            raise _refuse(folder, f"it says {rel} did not exist before")
+    else:
+        raise _refuse(folder, f"its record of {rel} is malformed")
+    sha, after_sha = before.get("sha256"), before.get("after_sha256")
+    if after_sha is not None and (not isinstance(after_sha, str) or (before_bytes is not None and not isinstance(sha, str))):
+        raise _refuse(folder, f"its record of {rel} is malformed")
+    if before_bytes is not None and sha is not None and hashlib.sha256(before_bytes).hexdigest() != sha:
+        raise _refuse(folder, f"its record of {rel} does not match its own hash")
+    old: Any = None
+    if before_bytes is not None:
+        try:
+            old = json.loads(before_bytes)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise _refuse(folder, f"its record of {rel} is not JSON") from None
+        if not isinstance(old, dict):
+            raise _refuse(folder, f"its record of {rel} is not a JSON object")
+    return before_bytes, old
+
+
+def _plan_restore(folder: Path, rel: str, before: dict[str, Any], plan: UndoPlan) -> None:
+    """How to give back config.json or the index: the old bytes, a patch that keeps the user's
+    later edits, or removal of an index add-mtp created."""
+    p = folder / rel
+    if p.is_symlink() or not p.is_file():
+        raise _refuse(folder, f"{rel} is not the file add-mtp wrote")
+    current_bytes = p.read_bytes()
+    current = _read_json_file(p)
+    if not isinstance(current, dict):
+        raise _refuse(folder, f"{rel} is not a JSON object")
+    before_bytes, old = _recorded_before(folder, rel, before)
+    after_sha = before.get("after_sha256")
+    exact = after_sha == hashlib.sha256(current_bytes).hexdigest() if after_sha is not None else None
+    if before_bytes is None:
+        # add-mtp created the index: it goes only as add-mtp wrote it (no metadata, exactly
+        # the tensors of the folder's shards), and a record that also holds "how it looked"
+        # contradicts itself
+        if not exact:
+            raise _refuse(folder, f"{rel} was created by add-mtp and changed since")
+        if "text" in before or "sha256" in before or "target" in before or not _generated_index(folder, current):
+            raise _refuse(folder, f"it says {rel} did not exist before, but that index is not one add-mtp creates")
+        plan.remove.append(rel)
+        return
+    bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth)]
+    patch = before.get("patch")
+    if exact is False and isinstance(patch, list):
+        _plan_patch(folder, rel, patch, old, current, current_bytes, before_bytes, plan)
+    elif not bad:
+        # only keys add-mtp writes differ: the bytes as they were
+        if before.get("kind") == "symlink":
+            plan.link[rel] = before["target"]
+        else:
+            plan.write[rel] = before_bytes
+    else:
+        raise _refuse(folder, f"restoring {rel} from it would change {'.'.join(bad[0])}, which add-mtp never writes" +
+                      (" (the file was edited after add-mtp)" if exact is False or exact is None else ""))
+
+
+def _plan_patch(folder: Path, rel: str, patch: list[Any], old: Any, current: Any, current_bytes: bytes,
+                before_bytes: bytes, plan: UndoPlan) -> None:
+    """Edited after add-mtp: take back add-mtp's keys, keep the user's edits."""
+    new = json.loads(current_bytes)
+    for e in patch:
+        pth = e.get("path") if isinstance(e, dict) else None
+        if not isinstance(pth, list) or not pth or not all(isinstance(k, str) for k in pth) \
+                or not allowed_change(rel, tuple(pth)):
+            raise _refuse(folder, f"its record of {rel} changes keys add-mtp never writes")
+        b, a = e.get("before", _MISSING), e.get("after", _MISSING)
+        if _get(old, pth) != b:
+            raise _refuse(folder, f"its record of {rel} contradicts itself")
+        if _get(current, pth) != a:
+            raise UntrustedManifest(
+                f"{rel} key {'.'.join(pth)} was changed after add-mtp, so removing the head would discard that edit; nothing was changed",
+                f"set {'.'.join(pth)} back to {json.dumps(a)[:60]} (what add-mtp wrote), or edit {rel} by hand and delete {MANIFEST}")
+        _put(new, pth, b)
+    for k in ("quantization", "quantization_config"):
+        if isinstance(new.get(k), dict) and not new[k] and k not in old:
+            del new[k]
+    if new == old:
+        plan.write[rel] = before_bytes  # nothing else was edited after all: the bytes as they were
+    else:
+        plan.write[rel] = dump_json(new)
+        plan.kept_edits.append(rel)
 
 
 def _generated_index(folder: Path, idx: dict[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from .errors import InputError, MtpforgeError
 from .findings import CODES, WARNING
+from .layouts.gguf import GGUF_LAYOUT_NAMES, beside_trunk
 from .options import AddOptions, HeadOptions
 from .runtimes import RUNTIME_NAMES
 
@@ -379,7 +380,7 @@ def load_recipe(path: str | os.PathLike[str]) -> LoadedRecipe:
     family = None
     if local and (Path(source) / "config.json").is_file():
         family = _local_family(Path(source))
-        if family is not None and recipe.layout is not None and not recipe.layout.startswith("gguf-"):
+        if family is not None and recipe.layout is not None and recipe.layout not in GGUF_LAYOUT_NAMES:
             from .families import FAMILIES
 
             if recipe.layout not in FAMILIES[family].layouts:
@@ -469,7 +470,7 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
         return report
 
     folder = added.get("output") or added.get("target") or str(loaded.target)
-    if added.get("layout") == "gguf-mtp":  # checks run on the trunk, which finds its MTP file
+    if beside_trunk(added.get("layout")):  # checks run on the trunk, which finds its MTP file
         folder = added.get("target") or str(loaded.target)
     report.update(status=added.get("status"), written_to=folder, files_written=added.get("files_written", []))
     failures: list[str] = []

@@ -97,28 +97,57 @@ def repair_norms(
     prog = Progress(enabled=progress)
     norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
-    prog.step(f"comparing the head's norms with {source}" if source else "looking for exact evidence (manifest, model card)")
-    exact = _exact_offsets(folder, source, revision, loc.stored_keys)
-    if exact is not None:
-        how, used, per_key = exact
-        report.update(evidence=how, source=used)
-    else:
-        prog.step("running the head against its own backbone")
-        res = judge_norms(folder)
-        report.update(evidence="behaviour", behaviour=res.as_dict())
-        if res.convention == "unknown":
-            why = res.notes[0] if res.notes else (
-                f"no convention explains the backbone decisively better than another (margin {res.evidence:.1f} nats)")
-            raise RefusedError(f"the evidence is not decisive, nothing was changed: {why}",
-                               f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
-                               f"with `mtpforge add-mtp --force`")
-        by_group = res.repair_offsets()
-        per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+    per_key = _offsets(folder, source, revision, loc.stored_keys, norms, report, prog)
     if not per_key:
         report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
         prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
         return report
     report["changed_norms"] = {loc.stored_keys.get(k, k): f"{o:+d}" for k, o in sorted(per_key.items())}
+    patches = _patches(cat, norms, per_key, report, source, revision)
+    report["bytes_rewritten"] = sum(len(d) for ps in patches.values() for _, d, _ in ps)
+    report["files_written"] = sorted(patches) + [MANIFEST]
+    if dry_run:
+        report.update(status="planned")
+        return report
+
+    check_writable_parent(folder)
+    prog.step(f"patching {len(per_key)} norm tensors ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
+    with StagedFolder(folder) as stage:
+        copies = {rel: _patch_file(folder, stage, rel, ps) for rel, ps in patches.items()}
+        stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family)))
+        prog.step("committing")
+        stage.commit()
+    report.update(status="repaired", copy=copies)
+    prog.done(f"repaired {len(per_key)} norm tensors of {folder}")
+    return report
+
+
+def _offsets(folder: Path, source: str | None, revision: str | None, stored_keys: dict[str, str],
+             norms: dict[str, Any], report: dict[str, Any], prog: Progress) -> dict[str, int]:
+    """The offset to add to each norm, from exact evidence first, else the head's behaviour;
+    refuses when neither is decisive."""
+    prog.step(f"comparing the head's norms with {source}" if source else "looking for exact evidence (manifest, model card)")
+    exact = _exact_offsets(folder, source, revision, stored_keys)
+    if exact is not None:
+        how, used, per_key = exact
+        report.update(evidence=how, source=used)
+        return per_key
+    prog.step("running the head against its own backbone")
+    res = judge_norms(folder)
+    report.update(evidence="behaviour", behaviour=res.as_dict())
+    if res.convention == "unknown":
+        why = res.notes[0] if res.notes else (
+            f"no convention explains the backbone decisively better than another (margin {res.evidence:.1f} nats)")
+        raise RefusedError(f"the evidence is not decisive, nothing was changed: {why}",
+                           f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
+                           f"with `mtpforge add-mtp --force`")
+    by_group = res.repair_offsets()
+    return {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+
+
+def _patches(cat: Any, norms: dict[str, Any], per_key: dict[str, int], report: dict[str, Any],
+             source: str | None, revision: str | None) -> dict[str, list[tuple[int, bytes, str]]]:
+    """file -> (offset, new bytes, key) of every norm to rewrite."""
     values = read_entries(cat, {k: norms[k] for k in per_key})
     if report["evidence"] == "source":
         # the source's raw norm + 1, rounded once: exactly what add-mtp writes (undoing a +2 in
@@ -138,36 +167,25 @@ def repair_norms(
         data = to_bytes(new)
         assert len(data) == info.nbytes
         patches.setdefault(info.file, []).append((info.begin, data, k))
-    report["bytes_rewritten"] = sum(len(d) for ps in patches.values() for _, d, _ in ps)
-    report["files_written"] = sorted(patches) + [MANIFEST]
-    if dry_run:
-        report.update(status="planned")
-        return report
+    return patches
 
-    check_writable_parent(folder)
-    prog.step(f"patching {len(per_key)} norm tensors ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
-    with StagedFolder(folder) as stage:
-        copies = {}
-        for rel, ps in patches.items():
-            dst = stage.new_file(rel)
-            copies[rel] = _clone(folder / rel, dst)
-            with open(dst, "r+b") as f:
-                for begin, data, _ in ps:
-                    f.seek(begin)
-                    f.write(data)
-                f.flush()
-            with open(dst, "rb") as f:  # read back what a loader will read
-                for begin, data, k in ps:
-                    f.seek(begin)
-                    if f.read(len(data)) != data:
-                        raise RefusedError(f"{rel}: the patched bytes of {k} did not read back; nothing was changed",
-                                           "check the disk, then run repair-norms again")
-        stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family)))
-        prog.step("committing")
-        stage.commit()
-    report.update(status="repaired", copy=copies)
-    prog.done(f"repaired {len(per_key)} norm tensors of {folder}")
-    return report
+
+def _patch_file(folder: Path, stage: StagedFolder, rel: str, ps: list[tuple[int, bytes, str]]) -> str:
+    """A staged copy of ``rel`` with the new norm bytes, read back; returns how it was copied."""
+    dst = stage.new_file(rel)
+    how = _clone(folder / rel, dst)
+    with open(dst, "r+b") as f:
+        for begin, data, _ in ps:
+            f.seek(begin)
+            f.write(data)
+        f.flush()
+    with open(dst, "rb") as f:  # read back what a loader will read
+        for begin, data, k in ps:
+            f.seek(begin)
+            if f.read(len(data)) != data:
+                raise RefusedError(f"{rel}: the patched bytes of {k} did not read back; nothing was changed",
+                                   "check the disk, then run repair-norms again")
+    return how
 
 
 def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: dict[str, Any], family: str) -> dict[str, Any]:

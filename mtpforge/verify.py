@@ -58,16 +58,10 @@ def verify(
 
         return verify_gguf(target, draft=draft, prompts=prompts, max_tokens=max_tokens, llama_server_path=llama_server,
                            min_acceptance=min_acceptance, n_max=depth, progress=progress)
-    from .decoder.backbone import HIDDEN_VARIANTS, load_backbone
-    from .decoder.head import build_head
+    from .decoder.backbone import HIDDEN_VARIANTS
     from .layouts.read import load_head_weights
 
-    if hidden not in ("auto", *HIDDEN_VARIANTS):
-        raise InputError(f"hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
-    if depth < 1 or max_tokens < 1:
-        raise InputError("depth and max_tokens must be at least 1", "pass --depth 1 --max-tokens 64")
-    if temp < 0:
-        raise InputError(f"temp must be >= 0, not {temp}", "use --temp 0 for greedy decoding")
+    _check_args(hidden, depth, max_tokens, temp)
     folder = _check_target(target)
     prog = Progress(enabled=progress)
 
@@ -76,12 +70,7 @@ def verify(
     # what --record will vouch for: the manifest and head as they were when loaded
     loaded_manifest = _manifest_bytes(hw.folder) if record else None
     prog.step("loading the backbone with mlx-lm")
-    bb = load_backbone(folder, hw.family)
-    try:
-        head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
-    except ValueError as e:
-        raise RefusedError(f"MTP_SHAPE_MISMATCH: the head in {hw.folder} does not fit this backbone: {e}",
-                           f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with --force") from None
+    bb, head = _load(folder, hw)
     report: dict[str, Any] = {
         "target": str(folder), "family": hw.family, "layout": hw.layout, "head_folder": str(hw.folder),
         "mtp_layers": hw.n_layers, "generate": generate, "notes": list(hw.notes), "problems": [],
@@ -110,16 +99,44 @@ def verify(
         depth=depth, temp=temp, seed=seed, max_tokens=max_tokens, prompts=len(texts),
         baseline_tokens=sum(len(r.tokens) for r in plain),
     )
+    _judge(report, min_acceptance)
+    if record:
+        _record(report, hw.folder, loaded_manifest)
+    prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
+    return report
+
+
+def _judge(report: dict[str, Any], min_acceptance: float) -> None:
     if report["acceptance"] < min_acceptance:
         report["problems"].append(
             f"acceptance {report['acceptance']:.1%} is below --min-acceptance {min_acceptance:.1%}: the head drafts "
             f"badly (a wrong norm convention gives ~0%, a double shift about half)")
     report["ok"] = not report["problems"]
     report["exit_code"] = 0 if report["ok"] else 1
-    if record:
-        _record(report, hw.folder, loaded_manifest)
-    prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
-    return report
+
+
+def _load(folder: Path, hw: Any) -> tuple[Any, Any]:
+    """The backbone (mlx-lm) and the head built on it; a head of another size is one line."""
+    from .decoder.backbone import load_backbone
+    from .decoder.head import build_head
+
+    bb = load_backbone(folder, hw.family)
+    try:
+        return bb, build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
+    except ValueError as e:
+        raise RefusedError(f"MTP_SHAPE_MISMATCH: the head in {hw.folder} does not fit this backbone: {e}",
+                           f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with --force") from None
+
+
+def _check_args(hidden: str, depth: int, max_tokens: int, temp: float) -> None:
+    from .decoder.backbone import HIDDEN_VARIANTS
+
+    if hidden not in ("auto", *HIDDEN_VARIANTS):
+        raise InputError(f"hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+    if depth < 1 or max_tokens < 1:
+        raise InputError("depth and max_tokens must be at least 1", "pass --depth 1 --max-tokens 64")
+    if temp < 0:
+        raise InputError(f"temp must be >= 0, not {temp}", "use --temp 0 for greedy decoding")
 
 
 def _check_target(target: str) -> Path:

@@ -88,11 +88,11 @@ def test_recipes_cover_the_seed_models_and_every_layout() -> None:
 
 
 def test_recipe_literals_match_the_tables() -> None:
-    from mtpforge.gguf.addmtp import GGUF_LAYOUTS
+    from mtpforge.layouts.table import GGUF_LAYOUT_NAMES
 
     """The schema's enums are written out for readers; they must not drift from the code."""
     props = Recipe.model_json_schema()
-    assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES + GGUF_LAYOUTS
+    assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES + GGUF_LAYOUT_NAMES
     runtime = props["$defs"]["InspectCheck"]["properties"]["runtime"]["anyOf"][0]["enum"]
     assert tuple(runtime) == RUNTIME_NAMES
     assert tuple(props["properties"]["precision"]["anyOf"][1]["enum"]) == AFFINE_BITS

@@ -329,7 +329,8 @@ def test_verify_generate_fails_a_head_full_of_nan(synth, make_target):
 
 def test_verify_record_refuses_a_head_replaced_meanwhile(synth, make_target):
     from mtpforge.errors import RefusedError
-    from mtpforge.verify import record_measurement, verify
+    from mtpforge.manifest import record_measurement
+    from mtpforge.verify import verify
 
     tgt = make_target("qwen3_5")
     src = str(synth.hf("qwen3_5"))

@@ -63,10 +63,6 @@ class GroupVerdict:
     #: that moves this group elsewhere explains the backbone
     evidence: float
 
-    @property
-    def decisive(self) -> bool:
-        return self.verdict != "unknown"
-
     def as_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "offset": self.offset, "evidence_nats": round(self.evidence, 2)}
 

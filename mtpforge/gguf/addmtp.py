@@ -19,12 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..errors import InputError, RefusedError
-from ..layouts.table import GGUF_LAYOUT_NAMES
+from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..progress import Progress
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
@@ -33,7 +34,6 @@ from .names import FAMILY_OF_ARCH, SHARED_TENSORS
 from .source import SourceHead, check_trunk_matches, open_source_head
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
 
-GGUF_LAYOUTS = GGUF_LAYOUT_NAMES
 MANIFEST_SUFFIX = ".mtpforge.json"
 MANIFEST_VERSION = 1
 
@@ -122,33 +122,90 @@ def add_mtp_gguf(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Add the source's MTP head for llama.cpp; see the module docstring."""
-    from ..pipeline import _planned_requests, _reader, _source_fingerprint
+    from ..pipeline import _planned_requests
 
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
-    layout = layout or "gguf-mtp"
-    if layout not in GGUF_LAYOUTS:
+    row = GGUF_LAYOUTS.get(layout or GGUF_MTP.name)
+    if row is None:
         raise InputError(f"the {layout} layout does not apply to a GGUF target", f"use --layout {' or '.join(GGUF_LAYOUTS)}")
-    prec = parse_precision(precision)
+    prog = Progress(enabled=progress)
+    g = _plan(source, target, row, parse_precision(precision), revision, output, prog)
+    if dry_run:
+        g.report.update(dry_run=True, status="planned", files_to_write=[str(g.dest), str(manifest_path(g.dest))],
+                        fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
+                        fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
+                        fetch_requests=None if g.src.local else _planned_requests(g.to_fetch),
+                        peak_memory_estimate=_peak_estimate(g.plan),
+                        tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
+        return g.report
+    if _existing(g.dest, g.fingerprint, force) == "same":
+        g.report.update(status="already-present", files_written=[])
+        return g.report
+    _write(g, source, fetch, progress, prog)
+    return g.report
+
+
+@dataclass
+class _GgufPlan:
+    """What one GGUF add-mtp will fetch and write (the report is filled in as it goes)."""
+
+    row: GgufLayout
+    trunk: GgufFile
+    family: str
+    src: SourceHead
+    plan: list[HeadTensor]
+    carried: list[Any]
+    dest: Path
+    to_fetch: list[Any]
+    fingerprint: dict[str, Any]
+    report: dict[str, Any]
+
+
+def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | None, output: str | None,
+          prog: Progress) -> _GgufPlan:
+    from ..pipeline import _source_fingerprint
+
     trunk, family = _open_trunk(target)
     tpath = trunk.path
     assert tpath is not None
-    prog = Progress(enabled=progress)
     prog.step(f"reading the source {source}")
     src: SourceHead = open_source_head(source, revision)
     n_trunk = trunk.block_count
     check_trunk_matches(trunk, src, n_trunk)
     plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format)
-
-    shared = [trunk.tensors[n] for n in SHARED_TENSORS if n in trunk.tensors]
     if "token_embd.weight" not in trunk.tensors:
         raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")
-    if layout == "gguf-mtp":
+    dest, carried = _destination(trunk, tpath, row, prec, output)
+    sizes = {f: src.store.size(f) for f in {i.file for i in src.entries.values()}}
+    fingerprint = {
+        "source": _source_fingerprint(sizes, src.entries, src.commit, src.store),
+        "trunk": trunk_fingerprint(trunk),
+        "options": {"layout": row.name, "precision": prec},
+    }
+    keys = sorted({s.src for t in plan for s in t.slices})
+    keys += [f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in src.entries]
+    report: dict[str, Any] = {
+        "target": str(tpath), "output": str(dest), "layout": row.name, "family": family, "architecture": trunk.arch,
+        "precision": prec, "expert_format": src.expert_format if src.expert_format != "none" else "none",
+        "mtp_tensors": len(plan), "mtp_bytes": sum(t.nbytes for t in plan),
+        "copied_from_trunk": [t.name for t in carried] if row.beside_trunk else f"{len(carried)} tensors",
+        "copied_bytes": sum(t.nbytes for t in carried),
+        "revision": src.commit, "fetched_bytes": 0, "manifest": str(manifest_path(dest)), "notes": [],
+        "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if row.beside_trunk
+                else f"llama-server -m {dest} --spec-type draft-mtp"),
+    }
+    return _GgufPlan(row, trunk, family, src, plan, carried, dest, [src.entries[k] for k in keys], fingerprint, report)
+
+
+def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, output: str | None) -> tuple[Path, list[Any]]:
+    """The file written and the trunk tensors it carries (the shared ones, or all of them)."""
+    if row.beside_trunk:
         dest = Path(output).expanduser() if output else tpath.parent / mtp_file_name(trunk.kv, prec, tpath.stem)
-        carried = shared
+        carried = [trunk.tensors[n] for n in SHARED_TENSORS if n in trunk.tensors]
     else:
         if not output:
-            raise InputError("--layout gguf-tail writes a new GGUF: it needs --output NEW.gguf",
+            raise InputError(f"--layout {row.name} writes a new GGUF: it needs --output NEW.gguf",
                              "pass --output PATH.gguf (the trunk itself is never modified)")
         dest = Path(output).expanduser()
         carried = list(trunk.tensors.values())
@@ -156,63 +213,25 @@ def add_mtp_gguf(
         raise InputError("--output is the trunk itself; mtpforge never modifies the trunk", "pass another --output path")
     if dest.is_dir():
         raise InputError(f"--output {dest} is a folder", "pass a file path ending in .gguf")
+    return dest, carried
 
-    fingerprint = {
-        "source": _source_fingerprint(src.store, src.entries, src.commit),
-        "trunk": trunk_fingerprint(trunk),
-        "options": {"layout": layout, "precision": prec},
-    }
-    expert_count = int(trunk.get("{arch}.expert_count", 0) or 0)
-    head_bytes = sum(t.nbytes for t in plan)
-    keys = sorted({s.src for t in plan for s in t.slices})
-    keys += [f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in src.entries]
-    to_fetch = [src.entries[k] for k in keys]
-    fetch_bytes = sum(i.nbytes for i in to_fetch)
-    report: dict[str, Any] = {
-        "target": str(tpath), "output": str(dest), "layout": layout, "family": family, "architecture": trunk.arch,
-        "precision": prec, "expert_format": src.expert_format if src.expert_format != "none" else "none",
-        "mtp_tensors": len(plan), "mtp_bytes": head_bytes,
-        "copied_from_trunk": [t.name for t in carried] if layout == "gguf-mtp" else f"{len(carried)} tensors",
-        "copied_bytes": sum(t.nbytes for t in carried),
-        "revision": src.commit, "fetched_bytes": 0, "manifest": str(manifest_path(dest)), "notes": [],
-        "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if layout == "gguf-mtp"
-                else f"llama-server -m {dest} --spec-type draft-mtp"),
-    }
-    if dry_run:
-        report.update(dry_run=True, status="planned", files_to_write=[str(dest), str(manifest_path(dest))],
-                      fetch_bytes=fetch_bytes, fetch_tensors=len(to_fetch), fetch_files=sorted({i.file for i in to_fetch}),
-                      fetch_requests=None if src.local else _planned_requests(to_fetch),
-                      peak_memory_estimate=_peak_estimate(plan), files_written=[],
-                      tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in plan})
-        return report
-    if _existing(dest, fingerprint, force) == "same":
-        report.update(status="already-present", files_written=[])
-        return report
 
-    prog.step(f"fetching {len(to_fetch)} MTP tensors ({fetch_bytes:,} bytes)")
-    read, fetched, mode = _reader(src.store, to_fetch, fetch, progress)
-    report.update(fetched_bytes=fetched, fetch_mode=mode)
+def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress) -> None:
+    from ..pipeline import _reader
 
-    out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in carried]
-    out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in plan]
-    n_mtp = src.n_layers
-    if layout == "gguf-mtp":
-        kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec],
-                         [(t.name, t.shape) for t in out], expert_count)
+    trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
+    prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
+    read, fetched, mode = _reader(src.store, g.to_fetch, fetch, progress)
+    g.report.update(fetched_bytes=fetched, fetch_mode=mode)
+    out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in g.carried]
+    out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]
+    prec = g.report["precision"]
+    if g.row.beside_trunk:
+        kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec], [(t.name, t.shape) for t in out],
+                         int(trunk.get("{arch}.expert_count", 0) or 0))
     else:
         kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp)
-
-    manifest = {
-        "mtpforge_manifest": MANIFEST_VERSION, "mtpforge_version": __version__, "family": family,
-        "architecture": trunk.arch, "layout": layout,
-        "source": {"repo": source if not src.local else Path(source).name, "revision": src.commit, "local": src.local},
-        "trunk": fingerprint["trunk"], "fingerprint": fingerprint, "precision": prec,
-        "norm_convention": "shifted", "norm_shift": "+1 on the 7 zero-centred MTP norm kinds, as llama.cpp's converter",
-        "expert_format": {"source": src.expert_format, "written": "stacked (ffn_*_exps)" if src.expert_format != "none" else "none"},
-        "mtp_layers": n_mtp, "block_count": n_trunk + n_mtp,
-        "tensors": {t.name: {"type": t.type.name, "shape": list(reversed(t.shape)), "from": "source"} for t in plan},
-        "copied": {t.name: {"type": t.type.name, "from": "trunk"} for t in carried} if layout == "gguf-mtp" else len(carried),
-    }
+    manifest = _manifest(g, source)
 
     def commit(sha: str, tmp: Path) -> None:
         check = read_local(tmp)
@@ -224,13 +243,26 @@ def add_mtp_gguf(
         manifest["file_sha256"] = sha
         _write_json(manifest_path(dest), manifest)
 
-    prog.step(f"writing {dest.name} ({layout})")
-    total = sum(t.nbytes for t in out)
-    with prog.bytes_bar("writing", total) as advance:
+    prog.step(f"writing {dest.name} ({g.row.name})")
+    with prog.bytes_bar("writing", sum(t.nbytes for t in out)) as advance:
         write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
-    report.update(status="written", files_written=[str(dest), str(manifest_path(dest))])
-    prog.done(f"wrote {dest} — run: {report['run']}")
-    return report
+    g.report.update(status="written", files_written=[str(dest), str(manifest_path(dest))])
+    prog.done(f"wrote {dest} — run: {g.report['run']}")
+
+
+def _manifest(g: _GgufPlan, source: str) -> dict[str, Any]:
+    src, trunk = g.src, g.trunk
+    return {
+        "mtpforge_manifest": MANIFEST_VERSION, "mtpforge_version": __version__, "family": g.family,
+        "architecture": trunk.arch, "layout": g.row.name,
+        "source": {"repo": source if not src.local else Path(source).name, "revision": src.commit, "local": src.local},
+        "trunk": g.fingerprint["trunk"], "fingerprint": g.fingerprint, "precision": g.report["precision"],
+        "norm_convention": "shifted", "norm_shift": "+1 on the 7 zero-centred MTP norm kinds, as llama.cpp's converter",
+        "expert_format": {"source": src.expert_format, "written": "stacked (ffn_*_exps)" if src.expert_format != "none" else "none"},
+        "mtp_layers": src.n_layers, "block_count": trunk.block_count + src.n_layers,
+        "tensors": {t.name: {"type": t.type.name, "shape": list(reversed(t.shape)), "from": "source"} for t in g.plan},
+        "copied": {t.name: {"type": t.type.name, "from": "trunk"} for t in g.carried} if g.row.beside_trunk else len(g.carried),
+    }
 
 
 def _peak_estimate(plan: list[HeadTensor]) -> int:
@@ -250,4 +282,4 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["add_mtp_gguf", "is_gguf_path", "GGUF_LAYOUTS", "manifest_path"]
+__all__ = ["add_mtp_gguf", "is_gguf_path", "manifest_path"]

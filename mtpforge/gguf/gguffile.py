@@ -8,7 +8,6 @@ parses as if it were the whole file.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -222,13 +221,6 @@ def tensor_array(g: GgufFile, t: GgufTensor) -> np.ndarray:
     bs, ts = gguf.GGML_QUANT_SIZES[t.type]
     rows = raw.reshape(*t.shape[:-1], t.shape[-1] // bs * ts)
     return gguf.quants.dequantize(rows, t.type).astype(np.float32)
-
-
-@contextlib.contextmanager
-def open_data(g: GgufFile):
-    assert g.path is not None
-    with open(g.path, "rb") as f:
-        yield f
 
 
 __all__ = ["GgufFile", "GgufTensor", "KV", "read_local", "read_remote", "tensor_array"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..findings import Finding, finding
+from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
 from .names import FAMILY_OF_ARCH, HEAD_NAMES, LAYER_NAMES, SHARED_TENSORS, block_of, expected_block, is_shifted_norm
@@ -181,7 +182,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
     layout = "none"
     info: dict[str, Any] = {}
     if _mtp_blocks(g):
-        layout = "gguf-mtp" if is_mtp_only else "gguf-tail"
+        layout = GGUF_MTP.name if is_mtp_only else GGUF_TAIL.name
         head = g
         f, info = check_head_file(g, None, p.name)
         findings += f
@@ -206,7 +207,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
                 continue  # mtpforge wrote it for another trunk in this folder: not this one's head
             findings += f
             if head is None:
-                head, info, layout = sg, sinfo, "gguf-mtp"
+                head, info, layout = sg, sinfo, GGUF_MTP.name
     hint = _source_hint(g, source)
     if head is None:
         if g.nextn_layers:
@@ -268,7 +269,7 @@ def inspect_gguf_repo(store: Any, target: str, strict: bool = False) -> dict[str
                               f"download it, then: mtpforge add-mtp --source {_source_hint(g, None)} --target {Path(f).name}"))
         findings += fs
         entries.append({"file": f, "architecture": g.arch, "block_count": g.block_count, "nextn_predict_layers": g.nextn_layers,
-                        "layout": "gguf-tail" if tail else ("gguf-mtp" if beside else "none"), "mtp_files": beside,
+                        "layout": GGUF_TAIL.name if tail else (GGUF_MTP.name if beside else "none"), "mtp_files": beside,
                         "file_type": g.get("general.file_type"), **{k: v for k, v in info.items() if k != "types"}})
     first = parsed[trunks[0]] if trunks else (parsed[mtps[0]] if mtps else None)
     report = {

@@ -60,7 +60,6 @@ F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", "nextn.enorm.weight", "nextn.hn
                                  "ffn_gate_inp_shexp.weight")
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
-_EXPERT = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(?:(\d+)\.(gate_proj|up_proj|down_proj)\.weight|(gate_up_proj|down_proj))$")
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
@@ -72,16 +71,6 @@ def gguf_name(bare: str, n_trunk: int) -> str | None:
     if m and m.group(2) in LAYER_NAMES:
         return f"blk.{n_trunk + int(m.group(1))}.{LAYER_NAMES[m.group(2)]}"
     return None
-
-
-def expert_key(bare: str) -> tuple[int, int | None, str] | None:
-    """(MTP layer, expert or None for fused, projection) of an expert source tensor."""
-    m = _EXPERT.match(bare)
-    if m is None:
-        return None
-    if m.group(2) is not None:
-        return int(m.group(1)), int(m.group(2)), m.group(3)
-    return int(m.group(1)), None, m.group(4)
 
 
 def block_of(name: str) -> int | None:

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..layouts.gguf import beside_trunk
+
 
 def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
     t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
@@ -24,7 +26,7 @@ def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
                  ("MTP tensors", f"{r.get('mtp_tensors')} ({r.get('mtp_bytes', 0):,} B)"),
                  ("norm convention", f"{r.get('norm_convention')} (from {r.get('norm_convention_from')})"),
                  ("expert format", r.get("expert_format"))]
-        if r.get("head_file") and r.get("layout") == "gguf-mtp":
+        if r.get("head_file") and beside_trunk(r.get("layout")):
             rows.append(("MTP file", r["head_file"]))
         types = sorted(set((r.get("quantization") or {}).get("mtp_types", {}).values()))
         if types:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..families import FAMILIES
 from . import embedded, mlx_vlm_drafter, sidecar, vllm_mlx
 from .embedded import EMBEDDED_FILE
+from .gguf import GGUF_LAYOUT_NAMES
 from .mlx_vlm_drafter import DRAFTER_MODEL_TYPE
 from .sidecar import SIDECAR_FILE
 from .spec import LayoutName, LayoutSpec, Placement
@@ -14,9 +15,6 @@ MANIFEST = "mtpforge.json"
 
 LAYOUTS: dict[str, LayoutSpec] = {m.LAYOUT.name: m.LAYOUT for m in (embedded, sidecar, vllm_mlx, mlx_vlm_drafter)}
 LAYOUT_NAMES = tuple(LAYOUTS)
-#: the GGUF output format's layouts (written by ``mtpforge.gguf``, not placed in an MLX folder):
-#: an MTP-only file beside the trunk, or the trunk with the MTP block appended
-GGUF_LAYOUT_NAMES = ("gguf-mtp", "gguf-tail")
 assert LAYOUT_NAMES == tuple(n.value for n in LayoutName)
 
 
