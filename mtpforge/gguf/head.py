@@ -21,9 +21,10 @@ import numpy as np
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, RefusedError
-from ..families.tables import dims, is_norm_key
+from ..families.tables import dims, norm_offset
 from ..passes.experts import parse_expert_key
 from ..passes.fp8 import dequantize_block_fp8
+from ..passes.norms import add_offset
 from ..plan import SliceRef, source_expert_slices
 from .names import EXPERT_NAMES, gguf_name, keeps_f32
 
@@ -50,7 +51,8 @@ class HeadTensor:
     type: gguf.GGMLQuantizationType
     shape: tuple[int, ...]  # numpy order
     slices: list[SliceRef]  # one, or one per expert (stacked on axis 0)
-    norm: bool
+    #: added to a zero-centred norm (the family spec's offset, as the MLX writer adds it); 0 else
+    offset: float
 
     @property
     def nbytes(self) -> int:
@@ -101,14 +103,14 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
                 layer = int(mlp.split(".")[1])
                 name = f"blk.{n_trunk + layer}.{EXPERT_NAMES[proj]}"
                 shape = (E,) + tuple(sl[0].shape)
-                out.append(HeadTensor(name, _type_for(name, shape, precision), shape, sl, False))
+                out.append(HeadTensor(name, _type_for(name, shape, precision), shape, sl, 0.0))
             continue
         name = gguf_name(bare, n_trunk)
         if name is None:
             raise RefusedError(f"source tensor mtp.{bare} has no llama.cpp name", "report this with the source repo id")
         info = entries[bare]
         out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape),
-                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], is_norm_key(bare)))
+                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], norm_offset(bare)))
     return sorted(out, key=lambda t: t.name)
 
 
@@ -137,8 +139,8 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             raw = read(info, s.start, s.end)
             sc = entries.get(f"{s.src}_scale_inv")
             w = _decode(info, raw, s.shape, read(sc, 0, sc.nbytes) if sc else None, sc)
-            if t.norm:
-                w = w + np.float32(1.0)
+            if t.offset:
+                w = np.asarray(add_offset(mx.array(w), t.offset))
             yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
 
     return gen
