@@ -99,7 +99,7 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
                 if (mlp, proj) in stacks:
                     continue
                 stacks.add((mlp, proj))
-                sl = source_expert_slices("", proj, mlp, src_fmt, entries, E)
+                sl = source_expert_slices(proj, mlp, src_fmt, entries, E)
                 layer = int(mlp.split(".")[1])
                 name = f"blk.{n_trunk + layer}.{EXPERT_NAMES[proj]}"
                 shape = (E,) + tuple(sl[0].shape)
