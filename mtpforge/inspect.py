@@ -42,11 +42,14 @@ def inspect_checkpoint(
     """
     if runtime is not None and runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
-    from .gguf.inspect import inspect_gguf_target
+    from .gguf.addmtp import is_gguf_path
+    from .gguf.inspect import inspect_gguf, inspect_gguf_hub_repo
 
+    if is_gguf_path(target):  # a llama.cpp GGUF file
+        return inspect_gguf(target, source=source, revision=source_revision, strict=strict)
     store = open_target_store(target, revision)
-    gguf = inspect_gguf_target(target, store, source=source, source_revision=source_revision, strict=strict)
-    if gguf is not None:  # a llama.cpp GGUF file, or a Hub repo of them
+    gguf = inspect_gguf_hub_repo(store, target, strict=strict)
+    if gguf is not None:  # a Hub repo of GGUF files
         return gguf
     ctx = build_context(target, store, revision=revision, source=source, source_revision=source_revision, runtime=runtime,
                         mlx_lm_version=mlx_lm_version, data_checks=data_checks, use_manifest=use_manifest,

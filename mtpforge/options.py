@@ -7,9 +7,9 @@ option is one new field here (mergekit's validated frozen config).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
 from .errors import InputError
@@ -20,7 +20,7 @@ Layout = Literal[LAYOUT_NAMES + GGUF_LAYOUT_NAMES]  # type: ignore[valid-type]
 Bits = Literal[AFFINE_BITS]  # type: ignore[valid-type]
 #: ggml tensor types a GGUF head is written in (llama.cpp targets only)
 GgmlPrecision = Literal["f32", "f16", "q8_0"]
-Precision = Union[Literal["match", "bf16", "float16"], GgmlPrecision, Bits]
+Precision = Union[Literal["match", "bf16", "float16", "f32", "f16", "q8_0"], Bits]
 Experts = Literal["auto", "source", "switch_mlp"]
 Fetch = Literal["auto", "ranges", "shards"]
 
@@ -40,6 +40,19 @@ def normalise_precision(v: Any) -> Any:
         "precision", "must be match, bf16, float16 or bits 2, 3, 4, 5, 6 or 8 (affine; 7 is not supported by MLX), "
         "or for a GGUF target f32, f16, bf16 or q8_0, not "
         + repr(v).replace("{", "(").replace("}", ")"))
+
+
+def _path_text(v: Any) -> str:
+    """A path as the OS gave it: pydantic's own ``str`` check refuses the surrogate escapes
+    Python uses for file names that are not UTF-8, which are valid paths on Linux."""
+    if not isinstance(v, str):
+        raise PydanticCustomError("string_type", "Input should be a valid string")
+    if not v:
+        raise PydanticCustomError("string_too_short", "String should have at least 1 character")
+    return v
+
+
+PathText = Annotated[str, PlainValidator(_path_text), WithJsonSchema({"type": "string", "minLength": 1})]
 
 
 class HeadOptions(BaseModel):
@@ -64,9 +77,9 @@ class HeadOptions(BaseModel):
 class AddOptions(HeadOptions):
     """One add-mtp run (``mtpforge add-mtp`` and :func:`mtpforge.pipeline.add_mtp`)."""
 
-    source: str = Field(..., min_length=1, description="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B).")
-    target: str = Field(..., min_length=1, description="MLX model folder (or llama.cpp .gguf trunk) to add the head to.")
-    output: Optional[str] = Field(None, min_length=1, description="Write a new folder instead of changing TARGET.")
+    source: PathText = Field(..., description="Original HF folder or repo id (e.g. Qwen/Qwen3.5-27B).")
+    target: PathText = Field(..., description="MLX model folder (or llama.cpp .gguf trunk) to add the head to.")
+    output: Optional[PathText] = Field(None, description="Write a new folder instead of changing TARGET.")
     dry_run: bool = Field(False, description="Print the plan; change nothing, download no tensor data.")
 
     @classmethod

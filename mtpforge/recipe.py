@@ -132,7 +132,7 @@ class Recipe(HeadOptions, _Strict):
             wanted = ("per-expert", "fused") if self.experts == "source" else ("switch_mlp",)
             if not set(wanted) & set(loads):
                 raise _conflict("experts", f"{runtime} loads MoE experts only as {' / '.join(loads)}; set experts: auto")
-        written = LAYOUTS[self.layout] if self.layout else None
+        written = LAYOUTS.get(self.layout) if self.layout else None
         if written and not written.source_experts and self.experts == "source":
             raise _conflict("experts", "the mlx-vlm drafter loads stacked switch_mlp experts; set experts: auto or switch_mlp")
         if written and not written.has_backbone and verify is not None:

@@ -286,19 +286,14 @@ def inspect_gguf_repo(store: Any, target: str, strict: bool = False) -> dict[str
 
 
 
-def inspect_gguf_target(target: str, store: Any, *, source: str | None, source_revision: str | None,
-                        strict: bool) -> dict[str, Any] | None:
-    """The GGUF report when ``target`` is a .gguf file or a Hub repo of GGUF files, else None
-    (an MLX folder or repo: inspect's own checks run)."""
+def inspect_gguf_hub_repo(store: Any, target: str, *, strict: bool) -> dict[str, Any] | None:
+    """The GGUF report when ``store`` is a Hub repo of GGUF files (no config.json), else None."""
     from ..checkpoint.store import LocalStore
-    from .addmtp import is_gguf_path
 
-    if is_gguf_path(target):
-        return inspect_gguf(target, source=source, revision=source_revision, strict=strict)
     if not isinstance(store, LocalStore) and not store.exists("config.json") \
             and any(f.endswith(".gguf") for f in store.list_files()):
         return inspect_gguf_repo(store, target, strict=strict)
     return None
 
 
-__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_target", "check_head_file"]
+__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_hub_repo", "check_head_file"]

@@ -125,7 +125,7 @@ class _Repo:
 
 def _data_start(path: Path, size: int) -> int | None:
     if path.name.endswith(".gguf"):  # llama.cpp files: tensor data starts after the header
-        from ..gguf.gguffile import header_length
+        from mtpforge.gguf.gguffile import header_length
 
         with open(path, "rb") as f:
             def read(a: int, b: int) -> bytes:
