@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
+from .runtimes.table import RUNTIME_NAMES
 
 app = typer.Typer(
     add_completion=False,
@@ -104,7 +105,7 @@ def _print_error(e: MtpforgeError, as_json: bool) -> None:
 def inspect_cmd(
     target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="mlx-lm | mlx-lm-mtp | vllm-mlx | exo | mtplx | mlx-vlm"),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Predict this runtime's own loader: " + " | ".join(RUNTIME_NAMES)),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Revision of TARGET when it is a repo id."),
     as_json: bool = JsonOpt,
