@@ -280,6 +280,23 @@ def test_run_is_add_mtp_plus_checks(make_hf, make_target, tmp_path: Path) -> Non
     assert folder_state(t_recipe) == before
 
 
+def test_recipe_runtime_writes_what_the_cli_writes_and_inspects_against_it(make_hf, make_target, tmp_path: Path) -> None:
+    """``runtime:`` is add-mtp's --runtime (one HeadOptions field); with no runtime named under
+    checks.inspect, inspect predicts the recipe's runtime."""
+    hf, t_recipe, t_cli = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe"), make_target("qwen3_5_moe")
+    p = write(tmp_path / "r", f"source: {hf}\ntarget: {t_recipe}\nruntime: mtplx\nchecks:\n  inspect:\n    strict: true\n")
+    rep = run_recipe(str(p), progress=False)
+    assert rep["exit_code"] == 0 and rep["steps"]["add_mtp"]["layout"] == "sidecar", rep
+    assert json.loads((t_recipe / "mtpforge.json").read_text())["options"]["runtime"] == "mtplx"
+    proc = cli("add-mtp", "--source", str(hf), "--target", str(t_cli), "--runtime", "mtplx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert folder_state(t_recipe) == folder_state(t_cli)
+    side = write(tmp_path / "s", f"source: {hf}\ntarget: {make_target('qwen3_5_moe')}\nruntime: mtplx\nlayout: embedded\n"
+                 "checks:\n  inspect:\n    strict: true\n")
+    bad = run_recipe(str(side), progress=False)  # MTPLX's pinned mlx-lm corrupts an embedded backbone
+    assert bad["exit_code"] == 1 and any(f.startswith("LEGACY_LOADER_DOUBLE_SHIFT") for f in bad["steps"]["inspect"]["failing"])
+
+
 def test_dry_run_plans_and_changes_nothing(make_hf, make_target, tmp_path: Path) -> None:
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
     before = folder_state(tgt)
