@@ -261,8 +261,6 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                       n_layers=n_layers, choice=choice, keep_fc=options.keep_fc_full_precision, experts=options.experts,
                       default_q=_default_q(target_config))
     notes = list(head.notes)
-    if pl.breaks_mlx_lm:
-        notes.append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
     notes += load_notes(head, choice.reader, target_config, explicit=options.runtime is None)
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
                                 "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}

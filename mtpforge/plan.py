@@ -19,7 +19,7 @@ from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placemen
 from .passes.experts import expert_span, parse_expert_key, switch_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
-from .runtimes.predict import Placed, predict
+from .runtimes.predict import BACKBONE_HARM, Placed, predict
 from .writer.safetensors_stream import TensorSpec
 
 #: source dtypes that pass through a cast unchanged in meaning
@@ -326,23 +326,25 @@ def _planned_facts(plan: Plan) -> HeadFacts:
 
 
 def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any], *, explicit: bool) -> list[str]:
-    """Why the runtime the head is meant for will not load or draft it (empty: it will). Plain
-    add-mtp is meant for every runtime that reads its layout, and for released mlx-lm's backbone."""
-    if reader is not None:
-        rows = [RUNTIMES[reader]]
-    else:
-        rows = [r for r in RUNTIMES.values() if plan.layout in r.layouts_for(plan.family) or not r.layouts]
+    """Why the runtime the head is meant for will not load or draft it, and which other runtime's
+    backbone the folder would break (empty: none). Plain add-mtp is meant for every runtime that
+    reads its layout."""
+    meant = {reader} if reader is not None else \
+        {r.name for r in RUNTIMES.values() if plan.layout in r.layouts_for(plan.family) or not r.layouts}
     pl = plan.placement
     placed = Placed(plan.layout, plan.expert_format, loads_in_mlx_lm_glob(pl.file) and not pl.separate_folder,
                     frozenset(target_config))
     facts, notes = _planned_facts(plan), []
-    for row in rows:
+    for row in RUNTIMES.values():
         if row.output_format != OutputFormat.MLX_FOLDER:
             continue
         for p in predict(row, facts, placed):
-            how = (f"pass --runtime {row.name} to write what it loads" if explicit
-                   else "--layout / --precision / --experts override what it loads")
-            notes.append(f"will not work in {row.name}: {p.message} ({how})")
+            if row.name in meant:
+                how = (f"pass --runtime {row.name} to write what it loads" if explicit
+                       else "--layout / --precision / --experts override what it loads")
+                notes.append(f"will not work in {row.name}: {p.message} ({how})")
+            elif p.code in BACKBONE_HARM:
+                notes.append(f"breaks {row.name}: {p.message} (plain add-mtp writes a folder no runtime's backbone minds)")
     return notes
 
 

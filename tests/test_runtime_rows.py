@@ -105,6 +105,10 @@ def test_explicit_overrides_win_with_a_note():
     assert any("will not work in exo" in n and "fc is float" in n for n in p.notes)
     p = plan("qwen3_5_moe", layout="sidecar")  # the layout's own rule, named by the runtime that loads it
     assert any("pass --runtime mtplx" in n for n in p.notes)
+    p = plan("qwen3_5", layout="embedded")  # loads in #990, and corrupts MTPLX's and exo's backbone
+    assert [n.split(":")[0] for n in p.notes] == ["breaks mtplx", "breaks exo"]
+    p = plan("qwen3_next", runtime="vllm-mlx")
+    assert {n.split(":")[0] for n in p.notes} == {"breaks mlx-lm", "breaks mtplx", "will not work in vllm-mlx"}
 
 
 def test_runtimes_without_a_path_refuse_with_their_words():
@@ -120,7 +124,7 @@ def test_every_runtime_row_cites_what_it_was_checked_against():
             assert row.version_checked is None and "not checked" in row.summary
             continue
         assert row.version_checked and ("measured" in row.version_checked or "SPEC §5.1" in row.version_checked)
-        assert row.output_format.value != "mlx-folder" or row.mlx_lm or row.name == "mlx-vlm", row.name
+        assert row.output_format.value != "mlx-folder" or row.mlx_lm, row.name
 
 
 def test_norm_rules_fire_on_values_alone():

@@ -14,6 +14,10 @@ from .spec import HeadFacts, OutputFormat, RuntimeSpec
 from .table import MLX_LM
 
 
+#: predictions that mean the folder's backbone is harmed (not only that the head goes unread)
+BACKBONE_HARM = ("LEGACY_LOADER_DOUBLE_SHIFT", "MLX_LM_LOAD_BREAKS")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """One reason the runtime fails (or loses acceptance) on this head: a finding code of

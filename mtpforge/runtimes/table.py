@@ -100,6 +100,7 @@ EXO = RuntimeSpec(
 )
 MLX_VLM = RuntimeSpec(
     "mlx-vlm", "mlx-vlm --draft-kind mtp", _DRAFTER, layouts=("mlx-vlm-drafter",), expert_formats=ALL_EXPERTS,
+    mlx_lm="none (its own model code)",
     no_mtp={"qwen3_next": "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists "
                           "qwen3_5_mtp, no qwen3_next_mtp)"},
     loop_cost="mlx-vlm primes the head from the last prompt position only (SPEC §5.1)",
