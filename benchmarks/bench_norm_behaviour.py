@@ -52,7 +52,7 @@ def third_party(kind: str) -> Path:
     if not (t / "config.json").is_file():
         shutil.rmtree(t, ignore_errors=True)
         convert_to_mlx(MODELS[kind], t)
-        add_mtp(source=str(MODELS[kind]), target=str(t), precision="bf16", progress=False)
+        add_mtp(source=str(MODELS[kind]), target=str(t), layout="embedded", precision="bf16", progress=False)
         (t / "mtpforge.json").unlink()
     return t
 

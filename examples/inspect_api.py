@@ -35,10 +35,10 @@ def main(work: Path) -> int:
     show(before)
     assert "MTP_CONFIG_WITHOUT_WEIGHTS" in [f["code"] for f in before["findings"]]
 
-    add_mtp(source=str(source), target=str(target), progress=False)
+    add_mtp(source=str(source), target=str(target), runtime="mtplx", progress=False)  # as MTPLX loads it
     # --source: compare with the original tensors (exact norm convention, shapes);
-    # --runtime: add compatibility findings for the runtime you deploy on
-    after = inspect_checkpoint(str(target), source=str(source), runtime="mlx-lm-mtp", strict=True)
+    # --runtime: would that runtime's own loader take the head (and its backbone stay intact)?
+    after = inspect_checkpoint(str(target), source=str(source), runtime="mtplx", strict=True)
     show(after)
     return after["exit_code"]
 

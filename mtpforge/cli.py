@@ -147,7 +147,7 @@ def inspect_cmd(
     target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
     runtime: Optional[str] = typer.Option(None, "--runtime", metavar="|".join(RUNTIME_NAMES),
-                                          help="Add this runtime's compatibility findings."),
+                                          help="Predict this runtime's own loader (its errors and warnings)."),
     strict: bool = typer.Option(False, "--strict", help="Warnings fail too (exit 1)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Revision of TARGET when it is a repo id."),
     as_json: bool = JsonOpt,

@@ -37,6 +37,11 @@ CODES: dict[str, str] = {
     # some norm groups undecided (no source; the drafts do not depend on them measurably)
     "NORM_CONVENTION_PARTIAL": INFO,
     "LAYOUT_NOT_READ_BY_RUNTIME": INFO,
+    # inspect --runtime R: R's own loader (runtimes/table.py) refuses or re-shifts the head
+    "RUNTIME_NO_MTP": ERROR,
+    "RUNTIME_QUANT_UNSUPPORTED": ERROR,
+    "RUNTIME_RESHIFTS_NORMS": WARNING,
+    "RUNTIME_ACCEPTANCE_COST": INFO,
     "MANIFEST_STALE": WARNING,
     # inspect --source names a checkpoint whose head is not this head's origin
     "SOURCE_MISMATCH": WARNING,

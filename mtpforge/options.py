@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from .errors import InputError
 from .layouts.table import GGUF_LAYOUT_NAMES, LAYOUT_NAMES
 from .passes.quantize import AFFINE_BITS
+from .runtimes import RUNTIME_NAMES
 
 Layout = Literal[LAYOUT_NAMES + GGUF_LAYOUT_NAMES]  # type: ignore[valid-type]
 Bits = Literal[AFFINE_BITS]  # type: ignore[valid-type]
@@ -22,6 +23,7 @@ Bits = Literal[AFFINE_BITS]  # type: ignore[valid-type]
 GgmlPrecision = Literal["f32", "f16", "q8_0"]
 Precision = Union[Literal["match", "bf16", "float16", "f32", "f16", "q8_0"], Bits]
 Experts = Literal["auto", "source", "switch_mlp"]
+Runtime = Literal[RUNTIME_NAMES]  # type: ignore[valid-type]
 Fetch = Literal["auto", "ranges", "shards"]
 
 _PRECISION_ALIASES = {"bfloat16": "bf16", "fp16": "float16", "float16": "float16", "bf16": "bf16", "match": "match",
@@ -61,8 +63,9 @@ class HeadOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     revision: Optional[str] = Field(None, min_length=1, description="Source revision (branch, tag or commit sha) for a repo id; pin a sha for reproducible CI.")
-    layout: Optional[Layout] = Field(None, description="Where the head goes; default: embedded for Qwen3.5/3.6, sidecar for Qwen3-Next; a GGUF trunk: gguf-mtp (default) or gguf-tail.")
-    precision: Precision = Field("match", description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8); a GGUF head: f32, f16 (default), bf16 or q8_0.")
+    runtime: Optional[Runtime] = Field(None, description="Write the head exactly as this runtime loads and drafts it (layout, experts, per-module precision, markers); default: a sidecar no runtime's pinned mlx-lm sees, loaded by MTPLX, exo and released mlx-lm.")
+    layout: Optional[Layout] = Field(None, description="Where the head goes (overrides --runtime's choice; default: sidecar); a GGUF trunk: gguf-mtp (default) or gguf-tail.")
+    precision: Optional[Precision] = Field(None, description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8); default: what the runtime loads (match; bf16 for MoE heads without --runtime); a GGUF head: f32, f16 (default), bf16 or q8_0.")
     keep_fc_full_precision: bool = Field(False, description="Keep mtp.fc unquantized.")
     experts: Experts = Field("auto", description="MoE expert format; auto picks what the layout's runtime loads.")
     fetch: Fetch = Field("auto", description="ranges: only the head's bytes; shards: whole shards that hold it.")
@@ -71,7 +74,7 @@ class HeadOptions(BaseModel):
     @field_validator("precision", mode="before")
     @classmethod
     def _precision(cls, v: Any) -> Any:
-        return normalise_precision(v)
+        return None if v is None else normalise_precision(v)
 
     @classmethod
     def parse(cls: type[_Options], **kw: Any) -> _Options:

@@ -30,7 +30,8 @@ from .manifest import (UntrustedManifest, apply_undo, build_manifest, edit_recor
                        plan_undo, read_manifest, undo)
 from .options import AddOptions
 from .passes.quantize import QSpec
-from .plan import Plan, build_plan, check_compatible, fetch_list, resolve_layout, source_bytes
+from .plan import Plan, build_plan, check_compatible, fetch_list, load_notes, resolve_write, source_bytes
+from .runtimes import RUNTIMES, OutputFormat
 from .progress import Progress
 from .results import AddResult, DryRunFacts
 from .writer.lock import folder_lock
@@ -245,7 +246,8 @@ class AddPlan:
 def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, Any], family: str,
               source: SourceHead) -> AddPlan:
     """The pure part of planning: from configs and tensor headers to what will be written."""
-    layout = resolve_layout(options.layout, family)
+    choice = resolve_write(options.runtime, options.layout, options.precision, family)
+    layout = choice.layout
     out_path = Path(options.output).expanduser() if options.output else None
     pl = placement(layout, family)
     if pl.separate_folder and out_path is None:
@@ -259,14 +261,14 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     n_layers = declared_mtp_layers(source.config, source.family) or (
         1 + max(int(k.split(".")[1]) for k in entries if k.startswith("layers.")))
     head = build_plan(family=family, src_config=source.config, tgt_config=target_config, entries=entries,
-                      n_layers=n_layers, layout=layout, precision=options.precision,
-                      keep_fc=options.keep_fc_full_precision, experts=options.experts,
+                      n_layers=n_layers, choice=choice, keep_fc=options.keep_fc_full_precision, experts=options.experts,
                       default_q=_default_q(target_config))
     notes = list(head.notes)
-    if pl.breaks_mlx_lm:
-        notes.append("released mlx-lm cannot load this folder with mtp.* keys in model-mtp.safetensors (vllm-mlx loads it); use --layout sidecar for mlx-lm users")
-    recorded = {"layout": layout, "precision": str(options.precision),
-                "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
+    notes += load_notes(head, choice.reader, target_config, explicit=options.runtime is None)
+    recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
+                                "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
+    if options.runtime is not None:
+        recorded["runtime"] = options.runtime
     return AddPlan(options, target, target_config, family, pl, out_path, source, n_layers, head,
                    tuple(fetch_list(head, entries)),
                    source.fingerprint or _source_fingerprint(source.sizes, entries, source.commit, None), recorded,
@@ -278,7 +280,7 @@ def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> AddPlan:
     if not options.dry_run:
         cleanup_leftovers(Path(options.target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(options.target)
-    resolve_layout(options.layout, family)
+    resolve_write(options.runtime, options.layout, options.precision, family)
     out = Path(options.output).expanduser() if options.output else None
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"--output {options.output} exists and is not empty", "pass a new or empty folder")
@@ -333,17 +335,28 @@ def add(options: AddOptions, *, progress: bool = True) -> AddResult | dict[str, 
     from .gguf.addmtp import add_mtp_gguf, is_gguf_path
 
     if is_gguf_path(options.target):  # a llama.cpp trunk: the GGUF output format
+        if options.runtime is not None and RUNTIMES[options.runtime].output_format != OutputFormat.GGUF:
+            raise InputError(f"--runtime {options.runtime} loads an MLX folder, but --target is a GGUF file",
+                             "pass the MLX model folder as --target (or leave --runtime out for llama.cpp)")
         return add_mtp_gguf(source=options.source, target=options.target, layout=options.layout,
-                            precision=None if str(options.precision) == "match" else str(options.precision),
+                            precision=None if options.precision in (None, "match") else str(options.precision),
                             fetch=options.fetch, revision=options.revision, output=options.output,
                             dry_run=options.dry_run, force=options.force, progress=progress)
     if options.dry_run:
         return execute(plan_add_mtp(options, progress=progress), progress=progress)
     # held from the first read of the target to the commit: a run that read the folder before
     # another run's swap must not stage from it (the shared lock lets --output runs read together)
-    drafter = options.layout in LAYOUTS and LAYOUTS[options.layout].separate_folder
-    with folder_lock(Path(options.target).expanduser(), shared=options.output is not None and not drafter):
+    with folder_lock(Path(options.target).expanduser(), shared=options.output is not None and not _separate(options)):
         return execute(plan_add_mtp(options, progress=progress), progress=progress)
+
+
+def _separate(options: AddOptions) -> bool:
+    """The head goes into a folder of its own (the target is only read)."""
+    name = options.layout
+    row = RUNTIMES[options.runtime] if options.runtime else None
+    if name is None and row is not None and row.write is not None:
+        name = row.write.layout
+    return name in LAYOUTS and LAYOUTS[name].separate_folder
 
 
 def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:

@@ -8,17 +8,18 @@ refused here, before a byte is downloaded; the dry run prints exactly this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import InputError, RefusedError
 from .families import FAMILIES
 from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
 from .layouts.spec import Placement
-from .layouts.table import LAYOUT_NAMES, LAYOUTS, placement, runtime_module_path
+from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
 from .passes.experts import expert_span, parse_expert_key, switch_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
-from .runtimes import RUNTIMES, QuantAsk
+from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
+from .runtimes.predict import BACKBONE_HARM, Placed, predict
 from .writer.safetensors_stream import TensorSpec
 
 #: source dtypes that pass through a cast unchanged in meaning
@@ -109,20 +110,53 @@ class Plan:
         return 4 * biggest
 
 
-def resolve_layout(layout: str | None, family: str) -> str:
+def resolve_layout(layout: str, family: str) -> str:
     fam = FAMILIES[family]
-    if layout is None:
-        return fam.default_layout
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
     if layout not in fam.layouts:
-        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else fam.default_layout
+        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
         raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
     return layout
 
 
-def resolve_experts(experts: str, layout: str, family: str, source_fmt: str) -> str:
-    """Output expert format: ``auto`` picks what the layout's runtime loads (SPEC §5)."""
+@dataclass(frozen=True)
+class WriteChoice:
+    """What add-mtp writes, resolved from ``--runtime`` / ``--layout`` / ``--precision``: the
+    rule, its layout, the precision, and the runtime the result is checked against."""
+
+    rule: WriteRule
+    layout: str
+    precision: str | int
+    #: the runtime row whose loader must take the result (None: plain add-mtp, for every runtime)
+    reader: Optional[str]
+
+
+def resolve_write(runtime: str | None, layout: str | None, precision: str | int | None, family: str) -> WriteChoice:
+    """``--runtime R`` writes R's rule; ``--layout X`` alone, the layout's own rule; neither,
+    the portable default (SPEC §5.1: a sidecar no pinned mlx-lm sees). An explicit
+    ``--layout`` / ``--precision`` wins over the rule's choice."""
+    if runtime is not None:
+        row = RUNTIMES[runtime]
+        if row.write is None:
+            raise InputError(f"{runtime} loads a GGUF file, not an MLX folder",
+                             "pass the llama.cpp .gguf trunk as --target (add-mtp writes the GGUF head for it)")
+        rule, reader = row.write, runtime
+        if layout is None and family in row.no_mtp and rule.layout_for(family) not in FAMILIES[family].layouts:
+            raise InputError(f"{runtime} has no MTP path for {family}: {row.no_mtp[family]}",
+                             "pick a runtime that drafts this family (README: the runtime matrix)")
+    elif layout is not None:
+        rule, reader = LAYOUT_WRITES[resolve_layout(layout, family)], LAYOUTS[layout].runtime
+    else:
+        rule, reader = PORTABLE, None
+    chosen = resolve_layout(layout or rule.layout_for(family), family)
+    prec = parse_precision(precision) if precision is not None else rule.precision_for(family)
+    return WriteChoice(rule, chosen, prec, reader)
+
+
+def resolve_experts(experts: str, rule: WriteRule, family: str, source_fmt: str) -> str:
+    """Output expert format: ``auto`` keeps the source's format where the rule's runtime loads
+    it, else stacks to switch_mlp (SPEC §5)."""
     if experts not in ("auto", "source", "switch_mlp"):
         raise InputError(f"--experts must be auto, source or switch_mlp, not {experts!r}", "use --experts auto")
     if source_fmt == "none":
@@ -131,8 +165,7 @@ def resolve_experts(experts: str, layout: str, family: str, source_fmt: str) -> 
         return source_fmt
     if experts == "switch_mlp":
         return "switch_mlp"
-    loads = RUNTIMES[LAYOUTS[layout].runtime].experts_for(family) or ()
-    return source_fmt if source_fmt in loads else "switch_mlp"
+    return source_fmt if source_fmt in rule.keeps(family) else "switch_mlp"
 
 
 def parse_precision(precision: str | int) -> str | int:
@@ -221,10 +254,11 @@ def _spec_ok(q: QSpec) -> bool:
 
 def build_plan(
     *, family: str, src_config: Mapping[str, Any], tgt_config: Mapping[str, Any], entries: Mapping[str, TensorInfo],
-    n_layers: int, layout: str, precision: str | int, keep_fc: bool, experts: str, default_q: QSpec | None,
+    n_layers: int, choice: WriteChoice, keep_fc: bool, experts: str, default_q: QSpec | None,
 ) -> Plan:
     src_fmt = validate_source_head(src_config, entries, n_layers)
-    out_fmt = resolve_experts(experts, layout, family, src_fmt)
+    out_fmt = resolve_experts(experts, choice.rule, family, src_fmt)
+    layout, precision = choice.layout, choice.precision
     notes: list[str] = []
     prec = parse_precision(precision)
     if prec == "match":
@@ -244,7 +278,7 @@ def build_plan(
                 raise InputError(f"the target's config.json declares a quantization mtpforge cannot match: {e}",
                                  "repair the quantization entry of config.json, or pass --precision bf16") from None
             raise InputError(f"--precision {precision}: {e}", "pick bits 2, 3, 4, 5, 6 or 8") from None
-    rule = RUNTIMES[LAYOUTS[layout].runtime].quant_for(family)
+    rule = choice.rule.quant_for(family)
     if rule.source_experts_note and out_fmt in ("per-expert", "fused") and base is not None:
         notes.append(rule.source_experts_note)
     if rule.float_request_note and prec in ("bf16", "float16") and default_q is not None:
@@ -284,6 +318,36 @@ def build_plan(
     return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
 
 
+def _planned_facts(plan: Plan) -> HeadFacts:
+    precisions: dict[str, dict[str, Any]] = {
+        m.bare: ({"quantized": True, "bits": m.q.bits, "group_size": m.q.group_size} if m.q else {"dtype": m.float_dtype})
+        for m in plan.modules}
+    return HeadFacts(plan.family, precisions, plan.default_q)
+
+
+def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any], *, explicit: bool) -> list[str]:
+    """Why the runtime the head is meant for will not load or draft it, and which other runtime's
+    backbone the folder would break (empty: none). Plain add-mtp is meant for every runtime that
+    reads its layout."""
+    meant = {reader} if reader is not None else \
+        {r.name for r in RUNTIMES.values() if plan.layout in r.layouts_for(plan.family) or not r.layouts}
+    pl = plan.placement
+    placed = Placed(plan.layout, plan.expert_format, loads_in_mlx_lm_glob(pl.file) and not pl.separate_folder,
+                    frozenset(target_config))
+    facts, notes = _planned_facts(plan), []
+    for row in RUNTIMES.values():
+        if row.output_format != OutputFormat.MLX_FOLDER:
+            continue
+        for p in predict(row, facts, placed):
+            if row.name in meant:
+                how = (f"pass --runtime {row.name} to write what it loads" if explicit
+                       else "--layout / --precision / --experts override what it loads")
+                notes.append(f"will not work in {row.name}: {p.message} ({how})")
+            elif p.code in BACKBONE_HARM:
+                notes.append(f"breaks {row.name}: {p.message} (plain add-mtp writes a folder no runtime's backbone minds)")
+    return notes
+
+
 def fetch_list(plan: Plan, entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
     """Every source tensor the plan reads (FP8 scales included)."""
     keys = {s.src for m in plan.modules for s in m.slices}
@@ -295,4 +359,4 @@ def source_bytes(infos: list[TensorInfo]) -> int:
     return sum(i.nbytes for i in infos)
 
 
-__all__ = ["Plan", "OutModule", "SliceRef", "build_plan", "fetch_list", "resolve_layout", "check_compatible", "DTYPE_SIZES"]
+__all__ = ["Plan", "OutModule", "SliceRef", "build_plan", "fetch_list", "resolve_layout", "resolve_write", "check_compatible", "DTYPE_SIZES"]

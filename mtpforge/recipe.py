@@ -121,7 +121,7 @@ class Recipe(HeadOptions, _Strict):
         from .runtimes import RUNTIMES
 
         inspect, verify = self.checks.inspect, self.checks.verify
-        runtime = inspect.runtime if inspect else None
+        runtime = (inspect.runtime if inspect else None) or self.runtime
         row = RUNTIMES[runtime] if runtime else None
         reads = row.layouts if row else ()
         if reads and self.layout is not None and self.layout not in reads:
@@ -423,8 +423,8 @@ def _summary(loaded: LoadedRecipe, mode: str) -> dict[str, Any]:
         "revision": r.revision,
         "target": str(loaded.target),
         "output": str(loaded.output) if loaded.output else None,
-        "layout": r.layout or "default (embedded for Qwen3.5/3.6, sidecar for Qwen3-Next)",
-        "precision": r.precision,
+        "layout": r.layout or (f"{r.runtime}'s" if r.runtime else "default (sidecar)"),
+        "precision": r.precision or (f"{r.runtime}'s" if r.runtime else "default (match; bf16 for MoE heads)"),
         "family": loaded.family,
         "checks": [name for name in ("inspect", "verify") if getattr(r.checks, name) is not None],
         "notes": list(loaded.notes),
@@ -502,9 +502,10 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
 def _run_inspect(folder: str, loaded: LoadedRecipe, check: InspectCheck, prog: Any) -> tuple[dict[str, Any], bool]:
     from .inspect import inspect_checkpoint
 
-    prog.step(f"inspect {folder}" + (f" --runtime {check.runtime}" if check.runtime else ""))
+    runtime = check.runtime or loaded.recipe.runtime  # a head written for a runtime is checked against it
+    prog.step(f"inspect {folder}" + (f" --runtime {runtime}" if runtime else ""))
     try:
-        rep = inspect_checkpoint(folder, source=loaded.source if check.compare_source else None, runtime=check.runtime,
+        rep = inspect_checkpoint(folder, source=loaded.source if check.compare_source else None, runtime=runtime,
                                  strict=False, source_revision=loaded.recipe.revision)
     except MtpforgeError as e:
         return {"passed": False, "error": e.as_dict()}, False

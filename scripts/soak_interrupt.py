@@ -38,7 +38,7 @@ def run(n: int, seed: int, variants: list[str], root: Path, check_load: bool = F
         hf = build_hf_variant(v, root / "hf" / v)
         mlx = convert_to_mlx(hf, root / "mlx" / v, q_bits=4, q_group_size=64, dtype="bfloat16")
         for s in SCENARIOS:
-            if s == "replace-force" and v == "qwen3_next":  # its default layout is already sidecar
+            if s == "replace-force" and v == "qwen3_next":  # no embedded layout to replace
                 continue
             benches.append(make_bench(s, hf, mlx, root / "bench", v))
     per, extra = divmod(n, len(benches))

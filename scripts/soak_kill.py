@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             hf = build_hf_variant(v, root / "hf" / v)
             mlx = convert_to_mlx(hf, root / "mlx" / v, q_bits=4, q_group_size=64, dtype="bfloat16")
             for s in SCENARIOS:
-                if s == "replace-force" and v == "qwen3_next":  # its default layout is already sidecar
+                if s == "replace-force" and v == "qwen3_next":  # no embedded layout to replace
                     continue
                 benches.append(make_bench(s, hf, mlx, root / "bench", v))
         per, extra = divmod(args.n, len(benches))

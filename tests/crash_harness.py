@@ -45,7 +45,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # an empty --output folder the user made: swapped out in one step, never absent
     "add-output-empty": {"cmd": "add", "symlinks": False, "output": True, "output_exists": True},
     # --force over a head in another layout: the old head's files go, the new ones come, at once
-    "replace-force": {"cmd": "add", "symlinks": False, "output": False, "has_head": True,
+    "replace-force": {"cmd": "add", "symlinks": False, "output": False, "has_head": True, "head_layout": "embedded",
                       "extra": ["--force", "--layout", "sidecar"]},
     "remove": {"cmd": "remove", "symlinks": False, "output": False},
     "remove-symlinked": {"cmd": "remove", "symlinks": True, "output": False},
@@ -142,7 +142,7 @@ def make_bench(scenario: str, source: Path, pristine: Path, root: Path, variant:
         shutil.copytree(pristine, template / "model", symlinks=True)
         target = template / "model"
     if spec["cmd"] == "remove" or spec.get("has_head"):
-        add_mtp(source=str(source), target=str(target), progress=False)
+        add_mtp(source=str(source), target=str(target), layout=spec.get("head_layout"), progress=False)
     rel = target.relative_to(template).as_posix()
     bench = Bench(name, source, template, rel, {}, {}, None, 0.0, {}, spec)
     blobs = template / "models--t" / "blobs"

@@ -67,7 +67,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]
     def get(kind: str) -> Path:
         if kind not in done:
             target = convert_to_mlx(MODELS[kind], root / f"{kind}-4bit")
-            add_mtp(source=str(MODELS[kind]), target=str(target), precision="bf16", progress=False)
+            add_mtp(source=str(MODELS[kind]), target=str(target), layout="embedded", precision="bf16", progress=False)
             done[kind] = target
         return done[kind]
 

@@ -16,11 +16,11 @@ from mtpforge.pipeline import add_mtp, remove_mtp
 from tests.checkers import expected_bf16_head, folder_state, load_all, logits, source_head
 
 VARIANTS = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe", "qwen3_next"]
-#: where the default layout puts the head, and its expert format
+#: where plain add-mtp puts the head (a sidecar for every family), and its expert format
 DEFAULT = {
-    "qwen3_5": ("model-mtp.safetensors", "language_model.mtp.", "none"),
-    "qwen3_5_moe": ("model-mtp.safetensors", "language_model.mtp.", "per-expert"),
-    "qwen3_6_moe": ("model-mtp.safetensors", "language_model.mtp.", "fused"),
+    "qwen3_5": ("mtp.safetensors", "mtp.", "none"),
+    "qwen3_5_moe": ("mtp.safetensors", "mtp.", "switch_mlp"),
+    "qwen3_6_moe": ("mtp.safetensors", "mtp.", "switch_mlp"),
     "qwen3_next": ("mtp.safetensors", "mtp.", "switch_mlp"),
 }
 
@@ -45,7 +45,7 @@ def test_bf16_default_layout_exact_and_backbone_unchanged(make_hf, make_target, 
 
 def test_norms_are_raw_plus_one_not_heuristic(make_hf, make_target):
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)
+    add_mtp(source=str(hf), target=str(tgt), layout="embedded", precision="bf16", progress=False)
     raw = source_head(hf)
     got = mx.load(str(tgt / "model-mtp.safetensors"))
     for k in ("pre_fc_norm_embedding.weight", "layers.0.self_attn.q_norm.weight", "norm.weight"):
@@ -145,9 +145,9 @@ def test_output_from_a_target_that_has_a_head(make_hf, make_target, tmp_path):
     """--output copies the target, so the target's head counts: the same head is re-created in
     the new folder; another one is refused without --force and replaced with it."""
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    add_mtp(source=str(hf), target=str(tgt), progress=False)
+    add_mtp(source=str(hf), target=str(tgt), layout="embedded", progress=False)
     before = folder_state(tgt)
-    same = add_mtp(source=str(hf), target=str(tgt), output=str(tmp_path / "same"), progress=False)
+    same = add_mtp(source=str(hf), target=str(tgt), layout="embedded", output=str(tmp_path / "same"), progress=False)
     assert same["status"] == "written" and (tmp_path / "same" / "model-mtp.safetensors").is_file()
     with pytest.raises(RefusedError, match="already has"):
         add_mtp(source=str(hf), target=str(tgt), layout="sidecar", output=str(tmp_path / "other"), progress=False)

@@ -162,4 +162,4 @@ def test_output_into_an_existing_empty_folder_swaps_it(synth, tmp_path):
     out.mkdir()
     r = run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(target), "--output", str(out)])
     assert r.returncode == 0, r.stderr
-    assert (out / "model-mtp.safetensors").is_file() and leftovers(tmp_path) == []
+    assert (out / "mtp.safetensors").is_file() and leftovers(tmp_path) == []

@@ -31,12 +31,12 @@ def test_demo_json_end_to_end(tmp_path: Path) -> None:
     s = r["steps"]
     assert s["convert"]["mtp_tensors"] == 0 and s["convert"]["config_mtp_layers"] == 1
     assert "MTP_CONFIG_WITHOUT_WEIGHTS" in r["before"] and s["inspect_before"]["exit_code"] == 1
-    assert s["add_mtp"]["status"] == "written" and s["add_mtp"]["layout"] == "embedded"
+    assert s["add_mtp"]["status"] == "written" and s["add_mtp"]["layout"] == "sidecar"
     assert s["add_mtp"]["mlx_lm_logits_unchanged"] is True
     assert r["after"] == "clean" and s["inspect_after"]["norm_convention"] == "shifted"
     assert r["identical"] is True and r["acceptance"] >= MIN_ACCEPTANCE
     assert s["verify"]["drafted"] > 0 and s["verify"]["accepted"] <= s["verify"]["drafted"]
-    assert (work / "tiny-qwen3_5-4bit" / "model-mtp.safetensors").is_file()
+    assert (work / "tiny-qwen3_5-4bit" / "mtp.safetensors").is_file()
 
 
 def test_demo_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:

@@ -26,8 +26,6 @@ from mtpforge.pipeline import add_mtp
 from tests.checkers import folder_state, written_state
 
 VARIANTS = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe", "qwen3_next"]
-HEAD_FILE = {"qwen3_5": "model-mtp.safetensors", "qwen3_5_moe": "model-mtp.safetensors",
-             "qwen3_6_moe": "model-mtp.safetensors", "qwen3_next": "mtp.safetensors"}
 
 
 def mtp_source_bytes(src: Path) -> int:

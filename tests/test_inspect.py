@@ -17,7 +17,10 @@ QWEN35 = ["qwen3_5", "qwen3_5_moe", "qwen3_6_moe"]
 
 
 def _with_head(make_hf, make_target, variant="qwen3_5", **kw):
+    """A head written by add-mtp; the embedded layout unless ``layout`` says otherwise (these
+    tests break ``model-mtp.safetensors`` by hand)."""
     hf, tgt = make_hf(variant), make_target(variant)
+    kw.setdefault("layout", "embedded" if variant != "qwen3_next" else None)
     add_mtp(source=str(hf), target=str(tgt), progress=False, **kw)
     return hf, tgt
 

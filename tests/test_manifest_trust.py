@@ -101,7 +101,7 @@ def _hf_source(synth):
 
 def test_stale_manifest_of_a_replaced_head_is_refused(make_hf, make_target, tmp_path):
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    add_mtp(source=str(hf), target=str(tgt), progress=False)
+    add_mtp(source=str(hf), target=str(tgt), layout="embedded", progress=False)
     (tgt / "model-mtp.safetensors").write_bytes((tgt / "model-mtp.safetensors").read_bytes()[:-8] + b"\1" * 8)
     before = tree_state(tmp_path)
     _refused_in_one_line(run_cli(["remove-mtp", str(tgt)]), "changed since")

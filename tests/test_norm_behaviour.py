@@ -67,7 +67,7 @@ def third_party(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
     def get(kind: str) -> Path:
         if kind not in done:
             t = convert_to_mlx(MODELS[kind], root / kind)
-            add_mtp(source=str(MODELS[kind]), target=str(t), precision="bf16", progress=False)
+            add_mtp(source=str(MODELS[kind]), target=str(t), layout="embedded", precision="bf16", progress=False)
             (t / "mtpforge.json").unlink()
             done[kind] = t
         return done[kind]
@@ -236,7 +236,7 @@ def test_cli_raw_head_found_and_repaired(third_party, tmp_path) -> None:
 def test_untrained_head_is_unknown_and_repair_refuses(make_hf, make_target) -> None:
     """A random head explains nothing about its backbone: behaviour is no evidence there."""
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)
+    add_mtp(source=str(hf), target=str(tgt), layout="embedded", precision="bf16", progress=False)
     (tgt / "mtpforge.json").unlink()
     breakage(tgt, {g: -1 for g in NORM_SUFFIXES})
     r = inspect_checkpoint(str(tgt))
@@ -257,7 +257,7 @@ def test_model_card_base_model_is_compared_exactly_unless_offline(hub, synth, ma
     src = synth.hf("qwen3_5")
     repo, _ = hub.publish(src)
     tgt = make_target("qwen3_5")
-    add_mtp(source=str(src), target=str(tgt), precision="bf16", progress=False)
+    add_mtp(source=str(src), target=str(tgt), layout="embedded", precision="bf16", progress=False)
     (tgt / "mtpforge.json").unlink()
     breakage(tgt, {"norm.weight": -1})
     (tgt / "README.md").write_text(f"---\nbase_model: {repo}\nlibrary_name: mlx\n---\n# converted\n")
@@ -272,7 +272,7 @@ def test_model_card_base_model_is_compared_exactly_unless_offline(hub, synth, ma
 
 def test_repair_with_source_is_exact_and_needs_no_trained_head(make_hf, make_target) -> None:
     hf, tgt = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe")
-    add_mtp(source=str(hf), target=str(tgt), precision="bf16", progress=False)
+    add_mtp(source=str(hf), target=str(tgt), layout="embedded", precision="bf16", progress=False)
     (tgt / "mtpforge.json").unlink()
     breakage(tgt, {"norm.weight": -1, "self_attn.q_norm.weight": 1})
     assert inspect_checkpoint(str(tgt), source=str(hf))["norm_convention"] == "mixed"

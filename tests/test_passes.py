@@ -10,9 +10,8 @@ from mtpforge.passes.experts import from_switch_mlp, split_gate_up, to_switch_ml
 from mtpforge.passes.fp8 import dequantize_block_fp8
 from mtpforge.passes.norms import shift_norms
 from mtpforge.passes.quantize import QSpec, dequantize, quantizable, quantize
-from mtpforge.layouts.table import LAYOUTS
 from mtpforge.plan import resolve_experts
-from mtpforge.runtimes import RUNTIMES, QuantAsk
+from mtpforge.runtimes import LAYOUT_WRITES, RUNTIMES, QuantAsk
 from mtpforge.runtimes.quant import ROUTER_Q
 
 CFG = {"model_type": "qwen3_5_moe", "text_config": {
@@ -73,8 +72,8 @@ def test_quantize_per_expert_equals_whole_stack():
 
 
 def _qspec(bare, shape, *, layout, family, base, out_fmt, keep_fc, default_q, notes):
-    """One module's precision as add-mtp decides it: the predicate of the layout's runtime row."""
-    rule = RUNTIMES[LAYOUTS[layout].runtime].quant_for(family)
+    """One module's precision as add-mtp decides it for ``--layout`` alone (the layout's rule)."""
+    rule = LAYOUT_WRITES[layout].quant_for(family)
     return rule.predicate(bare, shape, QuantAsk(family, base, default_q, out_fmt, keep_fc, notes))
 
 
@@ -99,13 +98,23 @@ def test_quantization_policy():
 
 
 def test_expert_format_per_layout():
-    assert resolve_experts("auto", "embedded", "qwen3_5_moe", "per-expert") == "per-expert"
-    assert resolve_experts("auto", "embedded", "qwen3_5_moe", "fused") == "fused"
-    assert resolve_experts("auto", "sidecar", "qwen3_5_moe", "fused") == "switch_mlp"
-    assert resolve_experts("auto", "vllm-mlx", "qwen3_next", "per-expert") == "switch_mlp"
-    assert resolve_experts("auto", "vllm-mlx", "qwen3_5_moe", "fused") == "fused"
-    assert resolve_experts("auto", "mlx-vlm-drafter", "qwen3_5_moe", "per-expert") == "switch_mlp"
-    assert resolve_experts("switch_mlp", "embedded", "qwen3_5_moe", "fused") == "switch_mlp"
+    w = LAYOUT_WRITES
+    assert resolve_experts("auto", w["embedded"], "qwen3_5_moe", "per-expert") == "per-expert"
+    assert resolve_experts("auto", w["embedded"], "qwen3_5_moe", "fused") == "fused"
+    assert resolve_experts("auto", w["sidecar"], "qwen3_5_moe", "fused") == "switch_mlp"
+    assert resolve_experts("auto", w["vllm-mlx"], "qwen3_next", "per-expert") == "switch_mlp"
+    assert resolve_experts("auto", w["vllm-mlx"], "qwen3_5_moe", "fused") == "fused"
+    assert resolve_experts("auto", w["mlx-vlm-drafter"], "qwen3_5_moe", "per-expert") == "switch_mlp"
+    assert resolve_experts("switch_mlp", w["embedded"], "qwen3_5_moe", "fused") == "switch_mlp"
+
+
+def test_expert_format_per_runtime():
+    """--runtime keeps only what the runtime loads (vllm-mlx refuses per-expert: "no expert tensors")."""
+    assert resolve_experts("auto", RUNTIMES["vllm-mlx"].write, "qwen3_5_moe", "per-expert") == "switch_mlp"
+    assert resolve_experts("auto", RUNTIMES["vllm-mlx"].write, "qwen3_5_moe", "fused") == "fused"
+    assert resolve_experts("auto", RUNTIMES["mtplx"].write, "qwen3_5_moe", "fused") == "switch_mlp"
+    assert resolve_experts("auto", RUNTIMES["exo"].write, "qwen3_5_moe", "per-expert") == "switch_mlp"
+    assert resolve_experts("auto", RUNTIMES["mlx-lm-mtp"].write, "qwen3_5_moe", "per-expert") == "per-expert"
 
 
 def test_quantizable_rules():

@@ -95,7 +95,8 @@ def test_recipe_literals_match_the_tables() -> None:
     assert tuple(props["properties"]["layout"]["anyOf"][0]["enum"]) == LAYOUT_NAMES + GGUF_LAYOUT_NAMES
     runtime = props["$defs"]["InspectCheck"]["properties"]["runtime"]["anyOf"][0]["enum"]
     assert tuple(runtime) == RUNTIME_NAMES
-    assert tuple(props["properties"]["precision"]["anyOf"][1]["enum"]) == AFFINE_BITS
+    enums = [a.get("enum") for a in props["properties"]["precision"]["anyOf"]]
+    assert list(AFFINE_BITS) in enums
 
 
 # ----------------------------------------------------------------------------- broken recipes (CLI)
@@ -154,7 +155,7 @@ STATIC_CASES = {
     "precision-7": (GOOD + "precision: 7\n", 3, "precision: must be match, bf16, float16 or bits"),
     "bad-layout": (GOOD + "layout: inline\n", 3, "layout: Input should be 'embedded', 'sidecar', 'vllm-mlx', 'mlx-vlm-drafter', 'gguf-mtp' or 'gguf-tail'"),
     "runtime-vs-layout": (GOOD + "layout: sidecar\nchecks:\n  inspect:\n    runtime: vllm-mlx\n", 6,
-                          "checks.inspect.runtime: vllm-mlx reads its head from the vllm-mlx layout"),
+                          "checks.inspect.runtime: vllm-mlx reads its head from the vllm-mlx"),
     "experts-vs-runtime": (GOOD + "experts: switch_mlp\nchecks:\n  inspect:\n    runtime: mlx-lm-mtp\n", 3,
                            "experts: mlx-lm-mtp loads MoE experts only as per-expert / fused"),
     "drafter-source-experts": (GOOD + "layout: mlx-vlm-drafter\nexperts: source\n", 4, "experts: the mlx-vlm drafter loads stacked"),
@@ -279,22 +280,39 @@ def test_run_is_add_mtp_plus_checks(make_hf, make_target, tmp_path: Path) -> Non
     assert folder_state(t_recipe) == before
 
 
+def test_recipe_runtime_writes_what_the_cli_writes_and_inspects_against_it(make_hf, make_target, tmp_path: Path) -> None:
+    """``runtime:`` is add-mtp's --runtime (one HeadOptions field); with no runtime named under
+    checks.inspect, inspect predicts the recipe's runtime."""
+    hf, t_recipe, t_cli = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe"), make_target("qwen3_5_moe")
+    p = write(tmp_path / "r", f"source: {hf}\ntarget: {t_recipe}\nruntime: mtplx\nchecks:\n  inspect:\n    strict: true\n")
+    rep = run_recipe(str(p), progress=False)
+    assert rep["exit_code"] == 0 and rep["steps"]["add_mtp"]["layout"] == "sidecar", rep
+    assert json.loads((t_recipe / "mtpforge.json").read_text())["options"]["runtime"] == "mtplx"
+    proc = cli("add-mtp", "--source", str(hf), "--target", str(t_cli), "--runtime", "mtplx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert folder_state(t_recipe) == folder_state(t_cli)
+    side = write(tmp_path / "s", f"source: {hf}\ntarget: {make_target('qwen3_5_moe')}\nruntime: mtplx\nlayout: embedded\n"
+                 "checks:\n  inspect:\n    strict: true\n")
+    bad = run_recipe(str(side), progress=False)  # MTPLX's pinned mlx-lm corrupts an embedded backbone
+    assert bad["exit_code"] == 1 and any(f.startswith("LEGACY_LOADER_DOUBLE_SHIFT") for f in bad["steps"]["inspect"]["failing"])
+
+
 def test_dry_run_plans_and_changes_nothing(make_hf, make_target, tmp_path: Path) -> None:
     hf, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
     before = folder_state(tgt)
     rep = run_recipe(str(_recipe_for(tmp_path, hf, tgt)), dry_run=True, progress=False)
     assert rep["status"] == "planned" and rep["exit_code"] == 0 and rep["mode"] == "dry-run"
-    assert str(tgt / "model-mtp.safetensors") in rep["files_to_write"] and rep["fetch_bytes"] > 0
+    assert str(tgt / "mtp.safetensors") in rep["files_to_write"] and rep["fetch_bytes"] > 0
     assert "inspect" not in rep["steps"]
     assert folder_state(tgt) == before
 
 
 def test_failed_check_exits_1_and_says_what_was_written(make_hf, make_target, tmp_path: Path) -> None:
     """Qwen3-Next in the vllm-mlx layout: released mlx-lm cannot load the output (a warning
-    for the vllm-mlx runtime), so a strict inspect fails unless the recipe allows it."""
+    when no runtime is named), so a strict inspect fails unless the recipe allows it."""
     hf, tgt = make_hf("qwen3_next"), make_target("qwen3_next")
     out = tmp_path / "out"
-    strict = "checks:\n  inspect:\n    runtime: vllm-mlx\n    strict: true\n"
+    strict = "checks:\n  inspect:\n    strict: true\n"
     p = write(tmp_path / "r", f"source: {hf}\ntarget: {tgt}\nlayout: vllm-mlx\noutput: {out}\n" + strict)
     target_before = folder_state(tgt)
     proc = cli("run", str(p), "--json")

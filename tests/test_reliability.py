@@ -44,7 +44,8 @@ def test_a_second_run_while_the_first_downloads_is_refused_and_the_original_surv
     pristine = folder_state(tgt)
     hub.fault("slow", repo=repo, delay=3.0, times=-1)
     env = hub.env(tmp_path / "hf-a")
-    first = subprocess.Popen([sys.executable, "-m", "mtpforge", "add-mtp", "--source", repo, "--target", str(tgt)],
+    first = subprocess.Popen([sys.executable, "-m", "mtpforge", "add-mtp", "--source", repo, "--target", str(tgt),
+                              "--layout", "embedded"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert first.stderr is not None
     for line in first.stderr:
@@ -319,7 +320,7 @@ def test_verify_generate_fails_a_head_full_of_nan(synth, make_target):
     from mtpforge.verify import verify
 
     tgt = make_target("qwen3_5")
-    add_mtp(source=str(synth.hf("qwen3_5")), target=str(tgt), precision="bf16", progress=False)
+    add_mtp(source=str(synth.hf("qwen3_5")), target=str(tgt), layout="embedded", precision="bf16", progress=False)
     rewrite(tgt / "model-mtp.safetensors", lambda t: {k: (mx.full(v.shape, float("nan"), v.dtype) if k.endswith("fc.weight") else v)
                                                       for k, v in t.items()})
     r = verify(str(tgt), generate=True, prompts=["Count: 1, 2, 3,"], max_tokens=6, hidden="post", progress=False)

@@ -70,6 +70,9 @@ class InspectContext:
     expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: module -> stored precision (set by the quant check)
     precisions: dict[str, Any] = field(default_factory=dict)
+    #: bare norm key -> mean of its stored values (set by the norms check; runtimes that decide
+    #: the convention from values read these)
+    norm_means: dict[str, float] = field(default_factory=dict)
 
     @property
     def has_head(self) -> bool:

@@ -212,6 +212,7 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     if not norm_entries:
         return "none", "none", {}, []
     values = read_entries(ctx.cat, norm_entries)
+    ctx.norm_means = {k: float(mx.mean(v.astype(mx.float32)).item()) for k, v in values.items()}
     found: list[Finding] = []
     if ctx.source:
         verdicts = _exact(ctx, ctx.source, values)

@@ -94,7 +94,6 @@ QWEN3_5 = FamilySpec(
     count_keys_written=("mtp_num_hidden_layers",),
     ships_head_undeclared=False,
     nested_text_config=True,
-    default_layout="embedded",
     layouts=("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"),
     mlx_lm_classes=_dense_classes,
     lm_module_path=("language_model",),

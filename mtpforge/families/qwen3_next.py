@@ -35,7 +35,6 @@ QWEN3_NEXT = FamilySpec(
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=True,
     nested_text_config=False,
-    default_layout="sidecar",
     layouts=("sidecar", "vllm-mlx"),
     mlx_lm_classes=_classes,
     lm_module_path=(),

@@ -84,7 +84,6 @@ class FamilySpec:
     ships_head_undeclared: bool
     #: the language model's config sits under ``text_config``
     nested_text_config: bool
-    default_layout: str
     layouts: tuple[str, ...]
     #: mlx-lm's ``Model`` and ``ModelArgs`` classes of the family (imported when called)
     mlx_lm_classes: Callable[[], tuple[type, type]]

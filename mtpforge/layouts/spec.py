@@ -44,8 +44,6 @@ class Placement:
     sidecar_reference: bool = False
     #: ``mtp/manifest.json`` for vllm-mlx is written beside the head
     vllm_manifest: bool = False
-    #: released mlx-lm fails to load the folder with this placement (a note says so)
-    breaks_mlx_lm: bool = False
 
     def module_path(self, bare_module: str) -> str:
         """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its

@@ -22,7 +22,7 @@ def place(family: FamilySpec) -> Placement:
         return Placement("vllm-mlx", VLLM_MLX_WEIGHTS, "mtp.", False, family.mlx_head_prefixes[0],
                          count_keys=keys, vllm_manifest=True)
     return Placement("vllm-mlx", EMBEDDED_FILE, "mtp.", True, family.mlx_head_prefixes[0],
-                     count_keys=keys, breaks_mlx_lm=True)
+                     count_keys=keys)
 
 
 LAYOUT = LayoutSpec("vllm-mlx", "vllm-mlx", place)

@@ -1,16 +1,19 @@
-"""Quantization predicates of the runtime rows: ``(module, shape, ask) -> QSpec | None``.
+"""Quantization of the runtime rows, both ways.
 
-Routers (``mlp.gate``, ``shared_expert_gate``) are 8-bit group 64 wherever they are quantized
-(mlx-lm's own convention); norms and 1-D tensors never are.
+Write predicates ``(module, shape, ask) -> QSpec | None`` decide each module's precision when
+add-mtp writes a head for a runtime. Load checks ``(head) -> None | why`` say whether a
+runtime's loader takes a head's stored precisions (``inspect --runtime``). Routers
+(``mlp.gate``, ``shared_expert_gate``) are 8-bit group 64 wherever mlx-lm's convention applies;
+norms and 1-D tensors are never quantized.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from ..families.tables import is_norm_key
 from ..passes.quantize import QSpec, quantizable
-from .spec import QuantAsk
+from .spec import HeadFacts, QuantAsk
 
 ROUTER_Q = QSpec(8, 64, "affine")
 
@@ -53,21 +56,134 @@ def default_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[
     return _fits(bare, shape, ROUTER_Q if is_router(bare) else q, ask)
 
 
+def _model_bits(q: QSpec, ask: QuantAsk) -> QSpec:
+    return ask.default_q if ask.default_q is not None and q != ask.default_q else q
+
+
 def one_precision_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
     """vllm-mlx, Qwen3.5/3.6: it dequantizes every triplet with the model's default bits, so
     nothing deviates from them; routers stay float."""
     q = _asked(bare, shape, ask)
     if q is None or is_router(bare):
         return None
-    if ask.default_q is not None and q != ask.default_q:
-        q = ask.default_q
-    return _fits(bare, shape, q, ask)
+    return _fits(bare, shape, _model_bits(q, ask), ask)
+
+
+def whole_head_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
+    """exo #2110: one precision for the whole head, the model's default bits (routers too)."""
+    q = _asked(bare, shape, ask)
+    return None if q is None else _fits(bare, shape, _model_bits(q, ask), ask)
 
 
 def every_linear_but_fc_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
-    """vllm-mlx, Qwen3-Next: it quantizes every linear but fc at the model's bits (routers
-    8-bit); a float head breaks its first forward, so the user's precision is not asked."""
+    """What the vllm-mlx layout wrote for Qwen3-Next before runtimes were measured: every linear
+    but fc at the model's bits (routers 8-bit), expert stacks included."""
     if never_quantized(bare, shape) or bare == "fc" or ask.default_q is None:
         return None
     q = ROUTER_Q if is_router(bare) else ask.default_q
     return q if quantizable(shape, q) else None
+
+
+def vllm_next_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
+    """vllm-mlx 0.6.0, Qwen3-Next: it quantizes every ``nn.Linear`` of its head but fc at the
+    model's bits (routers 8-bit) before loading; expert stacks are not ``nn.Linear`` and stay
+    float (quantized ones land in float modules: "[gather_mm] Last dimension ... must match")."""
+    return None if is_expert(bare) else every_linear_but_fc_quant(bare, shape, ask)
+
+
+def mtplx_template_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
+    """MTPLX 2.12.2 keeps a quantized head only when its key set is one of its templates; any
+    other set is dequantized with the model's default bits. Dense: the user's precision
+    (template "all"). MoE, stacked experts: ``fc`` and the router ``mlp.gate`` float, the rest
+    quantized, ``shared_expert_gate`` 8-bit (its per-path entry says so). MoE, fused experts: the
+    experts and ``fc`` float, the routers 8-bit. Per-expert experts match no template: one
+    precision, routers float."""
+    if ask.out_fmt == "none":
+        return default_quant(bare, shape, ask)
+    if ask.out_fmt == "per-expert":
+        return one_precision_quant(bare, shape, ask)
+    q = _asked(bare, shape, ask)
+    if q is None or bare == "fc" or (ask.out_fmt == "switch_mlp" and bare.endswith("mlp.gate")):
+        return None
+    return _fits(bare, shape, ROUTER_Q if is_router(bare) else q, ask)
+
+
+# ----------------------------------------------------------------------------- load checks
+
+def _quantized(head: HeadFacts) -> dict[str, Mapping[str, Any]]:
+    return {m: p for m, p in head.precisions.items() if p.get("quantized")}
+
+
+def _linears(head: HeadFacts) -> set[str]:
+    """Modules with a 2-D (or stacked) weight: what a loader could quantize."""
+    return {m for m in head.precisions if not is_norm_key(m + ".weight")}
+
+
+def _at(p: Mapping[str, Any], q: Optional[QSpec]) -> bool:
+    want = q or QSpec(4, 64)  # loaders fall back to 4-bit group 64 without a quantization entry
+    return p.get("bits") == want.bits and p.get("group_size") == want.group_size
+
+
+def _off_default(head: HeadFacts) -> list[str]:
+    return sorted(m for m, p in _quantized(head).items() if not _at(p, head.default_q))
+
+
+def _mtplx_template(head: HeadFacts) -> bool:
+    """The head's quantized set is one of MTPLX's templates (mtplx/constants.py)."""
+    linears, quant = _linears(head), set(_quantized(head))
+    fc = {"fc"}
+    if not any(is_expert(m) for m in linears):
+        return quant in (linears, linears - fc)
+    routers = {m for m in linears if m.endswith("mlp.gate")}
+    if any(".switch_mlp." in m for m in linears):
+        return quant == linears - fc - routers
+    fused = {m for m in linears if m.endswith((".experts.gate_up_proj", ".experts.down_proj"))}
+    return bool(fused) and quant == linears - fc - fused
+
+
+def mtplx_loads(head: HeadFacts) -> Optional[str]:
+    if not _quantized(head) or _mtplx_template(head):
+        return None
+    off = _off_default(head)
+    if not off:
+        return None
+    return (f"MTPLX keeps a quantized head only in one of its templates; it dequantizes every other head with the "
+            f"model's default bits, and {off[0]} is not at them: \"[dequantize] Shape of scales and biases does not match\"")
+
+
+def one_precision_loads(head: HeadFacts) -> Optional[str]:
+    off = _off_default(head)
+    if not off:
+        return None
+    return (f"vllm-mlx dequantizes every quantized module of a Qwen3.5/3.6 head with the model's default bits, "
+            f"and {off[0]} is not at them (shape error at load)")
+
+
+def whole_head_loads(head: HeadFacts) -> Optional[str]:
+    quant = _quantized(head)
+    if not quant:
+        return None
+    float_linears = sorted(_linears(head) - set(quant))
+    off = _off_default(head)
+    if not float_linears and not off:
+        return None
+    what = f"{float_linears[0]} is float" if float_linears else f"{off[0]} is not at the model's default bits"
+    return (f"exo loads a quantized head only in one precision, routers included (the model's default bits), and "
+            f"{what}: \"Expected shape ... but received ...\"")
+
+
+def vllm_next_loads(head: HeadFacts) -> Optional[str]:
+    quant = _quantized(head)
+    experts = sorted(m for m in quant if is_expert(m))
+    if experts:
+        return (f"vllm-mlx quantizes only nn.Linear modules of a Qwen3-Next head, so the quantized expert stack "
+                f"{experts[0]} lands in a float module: \"[gather_mm] Last dimension ... must match\"")
+    if head.default_q is None:
+        return None if not quant else f"vllm-mlx quantizes nothing in an unquantized model, but {sorted(quant)[0]} is quantized"
+    want = _linears(head) - {"fc"} - {m for m in _linears(head) if is_expert(m)}
+    wrong = sorted((want - set(quant)) | ({"fc"} & set(quant)))
+    wrong += sorted(m for m in quant if not _at(quant[m], ROUTER_Q if is_router(m) else head.default_q))
+    if not wrong:
+        return None
+    return (f"vllm-mlx quantizes every Qwen3-Next head linear but fc at the model's bits (routers 8-bit) before "
+            f"loading, and {wrong[0]} is stored otherwise: its first forward breaks")

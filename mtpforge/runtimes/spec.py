@@ -1,8 +1,10 @@
-"""What a runtime row says: which layouts it reads, which expert formats and precisions it
-loads, which norm markers it trusts, the mlx-lm it loads with.
+"""What a runtime row says: where it reads a head from, which expert formats and precisions it
+loads, how it treats the head's norms, the mlx-lm it loads the backbone with, and how add-mtp
+writes a head for it.
 
-``inspect --runtime`` and ``add-mtp`` read the same rows. A runtime whose output is not an MLX
-folder (llama.cpp: GGUF) sets ``output_format`` and names the writer that produces it.
+``add-mtp --runtime``, ``inspect --runtime`` and recipes read the same rows. A runtime whose
+output is not an MLX folder (llama.cpp: GGUF) sets ``output_format``. Facts measured with the
+runtime's own released code say so in ``version_checked``; the rest cite SPEC §5.1.
 """
 
 from __future__ import annotations
@@ -53,37 +55,113 @@ class QuantRule:
 
 
 @dataclass(frozen=True)
+class WriteRule:
+    """How add-mtp writes a head for one reader: the layout, the expert format ``--experts auto``
+    picks, the precision ``--precision`` left unset means, and the precision of every module."""
+
+    layout: str
+    quant: QuantRule
+    #: source expert formats kept as they are (any other is stacked to switch_mlp)
+    keep_experts: tuple[str, ...] = ()
+    #: per-family exceptions to ``layout`` / ``quant`` / ``keep_experts``
+    layout_by_family: Mapping[str, str] = field(default_factory=dict)
+    quant_by_family: Mapping[str, QuantRule] = field(default_factory=dict)
+    keep_experts_by_family: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: what an unset ``--precision`` means, by family (``match`` where not listed)
+    precision_by_family: Mapping[str, str] = field(default_factory=dict)
+
+    def layout_for(self, family: str) -> str:
+        return self.layout_by_family.get(family, self.layout)
+
+    def quant_for(self, family: str) -> QuantRule:
+        return self.quant_by_family.get(family, self.quant)
+
+    def keeps(self, family: str) -> tuple[str, ...]:
+        return self.keep_experts_by_family.get(family, self.keep_experts)
+
+    def precision_for(self, family: str) -> str:
+        return self.precision_by_family.get(family, "match")
+
+
+@dataclass(frozen=True)
+class HeadFacts:
+    """What a runtime's loader sees of a head (built by ``inspect`` from the folder), for the
+    row's predictions."""
+
+    family: str
+    #: bare module -> stored precision (``{"dtype"}`` or ``{"quantized", "bits", "group_size"}``)
+    precisions: Mapping[str, Mapping[str, Any]]
+    #: the target's default quantization (None: unquantized)
+    default_q: Optional[QSpec]
+
+
+#: ``(head) -> None | the runtime's failure``: would its loader refuse (or break on) this head's
+#: precisions
+QuantCheck = Callable[[HeadFacts], Optional[str]]
+#: ``(bare norm key -> mean of the stored values) -> the keys the runtime adds +1 to``
+NormRule = Callable[[Mapping[str, float]], list[str]]
+
+
+@dataclass(frozen=True)
 class RuntimeSpec:
     """One runtime (CONTRACT ``--runtime``)."""
 
     name: str
     summary: str
-    quant: QuantRule
+    #: how add-mtp writes a head for it (None: it reads no MLX folder head add-mtp can write)
+    write: Optional[WriteRule]
     output_format: OutputFormat = OutputFormat.MLX_FOLDER
-    #: layouts it reads its head from (empty: it reads no head, e.g. released mlx-lm)
+    #: layouts it reads a head from (empty: it reads no head, e.g. released mlx-lm)
     layouts: tuple[str, ...] = ()
+    #: per-family exceptions to ``layouts``
+    layouts_by_family: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: families it has no MTP path for, with the runtime's own words
+    no_mtp: Mapping[str, str] = field(default_factory=dict)
     #: MoE expert formats it loads (None: not known / not checked)
     expert_formats: Optional[tuple[str, ...]] = None
     #: per-family exceptions to ``expert_formats``
     expert_formats_by_family: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: per-family exceptions to ``quant``
-    quant_by_family: Mapping[str, QuantRule] = field(default_factory=dict)
     #: loads quantized expert stacks (mlx-lm #990 does not)
     quantized_experts: bool = True
-    #: what it is told about the norm convention, written beside the head (file -> keys)
+    #: precisions its loader refuses, per family (``None`` key: every family)
+    quant_check: Mapping[Optional[str], QuantCheck] = field(default_factory=dict)
+    #: how it re-shifts stored norms, per family (``None`` key: every family; absent: as written)
+    norm_rule: Mapping[Optional[str], NormRule] = field(default_factory=dict)
+    #: a marker file beside the head that turns ``norm_rule`` off (file -> keys and values)
     norm_markers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: families whose head inside ``model*.safetensors`` makes its loader fail
+    #: families whose ``mtp.`` keys inside ``model*.safetensors`` make its (strict) loader fail
     rejects_head_in_glob: tuple[str, ...] = ()
-    #: mlx-lm versions (inclusive range) that add +1 to every backbone norm when ``mtp.`` keys
-    #: reach sanitize
-    double_shift_versions: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
-    #: the mlx-lm it loads models with, as far as this row knows
+    #: the mlx-lm it loads the backbone with (as its package pins it), and that pin as a range
     mlx_lm: Optional[str] = None
-    #: the runtime version (or pull request) this row was checked against; None: not yet
+    mlx_lm_range: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
+    #: mlx-lm versions (inclusive range) that add +1 to every backbone norm when ``mtp.`` keys
+    #: reach sanitize, and the families whose sanitize does it (the released-mlx-lm row holds
+    #: the fact)
+    double_shift_versions: Optional[tuple[tuple[int, ...], tuple[int, ...]]] = None
+    double_shift_families: tuple[str, ...] = ()
+    #: top-level config keys that make it load the checkpoint through mlx-vlm, which drops
+    #: ``mtp.`` keys unchanged: its pinned mlx-lm never sees them (vllm-mlx's server routes
+    #: vision-language checkpoints so)
+    vl_route_keys: tuple[str, ...] = ()
+    #: what its decode loop does that costs acceptance on every head (not the head's fault)
+    loop_cost: Optional[str] = None
+    #: the runtime version (or pull request) this row was checked against, and how
     version_checked: Optional[str] = None
 
     def experts_for(self, family: str) -> Optional[tuple[str, ...]]:
         return self.expert_formats_by_family.get(family, self.expert_formats)
 
-    def quant_for(self, family: str) -> QuantRule:
-        return self.quant_by_family.get(family, self.quant)
+    def layouts_for(self, family: str) -> tuple[str, ...]:
+        return self.layouts_by_family.get(family, self.layouts)
+
+    def norm_rule_for(self, family: str) -> Optional[NormRule]:
+        return self.norm_rule.get(family, self.norm_rule.get(None))
+
+    def pins_double_shift(self, legacy: tuple[tuple[int, ...], tuple[int, ...]]) -> bool:
+        """The mlx-lm it pins overlaps ``legacy`` (the releases that double-shift)."""
+        r = self.mlx_lm_range
+        return r is not None and r[0] <= legacy[1] and r[1] >= legacy[0]
+
+    def quant_failure(self, head: HeadFacts) -> Optional[str]:
+        check = self.quant_check.get(head.family, self.quant_check.get(None))
+        return check(head) if check else None

@@ -1,47 +1,123 @@
-"""The runtimes mtpforge writes for and checks against (SPEC §5), one row each.
+"""The runtimes mtpforge writes for and checks against (SPEC §5, §5.1), one row each, and the
+write rules of plain ``add-mtp`` and of ``--layout`` alone.
 
 A new runtime is a new row here (and, if it needs one, a layout in ``layouts/`` or an output
-format); ``inspect --runtime``, ``add-mtp`` and recipes pick it up from this table.
+format); ``add-mtp --runtime``, ``inspect --runtime`` and recipes pick it up from this table.
+Rows whose ``version_checked`` says "measured" are held to the runtime's released code by
+``tests/conformance``; the others carry SPEC §5.1's measurements of pull-request code that
+cannot be installed here.
 """
 
 from __future__ import annotations
 
-from .quant import default_quant, every_linear_but_fc_quant, one_precision_quant
-from .spec import QuantRule, RuntimeSpec
+from .norms import below_half, mtplx_two_signal
+from .quant import (default_quant, every_linear_but_fc_quant, mtplx_template_quant, mtplx_loads, one_precision_loads,
+                    one_precision_quant, vllm_next_loads, vllm_next_quant, whole_head_loads, whole_head_quant)
+from .spec import OutputFormat, QuantRule, RuntimeSpec, WriteRule
 
 DEFAULT = QuantRule(default_quant)
+SOURCE_EXPERTS = ("per-expert", "fused")
+ALL_EXPERTS = ("switch_mlp", "fused", "per-expert")
+#: mlx-lm releases whose qwen3_5 sanitize adds +1 to every backbone norm once an ``mtp.`` key
+#: reaches it (SPEC §4)
+DOUBLE_SHIFT = ((0, 30, 7), (0, 31, 3))
+MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
+
+#: plain add-mtp (no --runtime, no --layout): outside every ``model*.safetensors`` glob, so no
+#: pinned mlx-lm ever sees an ``mtp.`` key; experts stacked; MoE heads in bf16, the one
+#: precision that both MTPLX's templates and exo's single-precision rule load (measured:
+#: tests/conformance, "default" cells)
+PORTABLE = WriteRule("sidecar", DEFAULT, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16"})
+
+_990 = WriteRule("embedded", QuantRule(default_quant, source_experts_note=(
+    "MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form "
+    "(--experts switch_mlp for runtimes that accept it)")), keep_experts=SOURCE_EXPERTS)
+_DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT)
+
+#: what ``--layout X`` without ``--runtime`` writes: each layout's rule as before runtimes were
+#: measured (tests/golden holds these bytes); add-mtp notes where the result does not load in
+#: the layout's runtime and names the ``--runtime`` that does
+LAYOUT_WRITES: dict[str, WriteRule] = {
+    "embedded": _990,
+    "sidecar": WriteRule("sidecar", DEFAULT),
+    "vllm-mlx": WriteRule(
+        "vllm-mlx", QuantRule(one_precision_quant), keep_experts_by_family={"qwen3_5_moe": SOURCE_EXPERTS},
+        quant_by_family={"qwen3_next": QuantRule(every_linear_but_fc_quant, float_request_note=(
+            "vllm-mlx quantizes every Qwen3-Next head linear except fc at the model's bits: "
+            "written so, whatever --precision says"))}),
+    "mlx-vlm-drafter": _DRAFTER,
+}
 
 MLX_LM = RuntimeSpec(
-    "mlx-lm", "released mlx-lm: loads the backbone; reads no MTP head", DEFAULT,
-    rejects_head_in_glob=("qwen3_next",),
-    double_shift_versions=((0, 30, 7), (0, 31, 3)),
-    mlx_lm=">=0.32",
+    "mlx-lm", "released mlx-lm: loads the backbone, reads no MTP head (the head must not hurt it)", PORTABLE,
+    rejects_head_in_glob=("qwen3_next",), double_shift_versions=DOUBLE_SHIFT,
+    double_shift_families=("qwen3_5", "qwen3_5_moe"),
+    mlx_lm=">=0.32", mlx_lm_range=((0, 32, 0), (99,)),
+    version_checked="mlx-lm 0.32.2 (mtpforge's own dependency): measured by tests/conformance",
 )
 MLX_LM_MTP = RuntimeSpec(
-    "mlx-lm-mtp", "mlx-lm's MTP branch (#990)",
-    QuantRule(default_quant, source_experts_note=(
-        "MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form "
-        "(--experts switch_mlp for runtimes that accept it)")),
-    layouts=("embedded",), expert_formats=("per-expert", "fused"), quantized_experts=False,
-    mlx_lm="its own branch", version_checked="mlx-lm #990",
+    "mlx-lm-mtp", "mlx-lm's MTP branch (#990)", _990,
+    layouts=("embedded",), expert_formats=SOURCE_EXPERTS, quantized_experts=False,
+    no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (SPEC §5: the embedded layout is for Qwen3.5/3.6)"},
+    mlx_lm="its own branch",
+    version_checked="mlx-lm #990 (PR head, Aug 2026): SPEC §5.1, not installable here",
+)
+MTPLX = RuntimeSpec(
+    "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant)),
+    layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
+    quant_check={None: mtplx_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
+    mlx_lm=">=0.31,<0.32 (0.31.3)", mlx_lm_range=MLX_LM_031,
+    version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
 VLLM_MLX = RuntimeSpec(
-    "vllm-mlx", "vllm-mlx", QuantRule(one_precision_quant),
-    layouts=("vllm-mlx",),
-    expert_formats_by_family={"qwen3_5_moe": ("per-expert", "fused"), "qwen3_next": ("switch_mlp",)},
-    quant_by_family={"qwen3_next": QuantRule(every_linear_but_fc_quant, float_request_note=(
-        "vllm-mlx quantizes every Qwen3-Next head linear except fc at the model's bits: "
-        "written so, whatever --precision says"))},
-    norm_markers={"mtp/manifest.json": {"artifact_schema_version": 1, "rmsnorm_weight_format": "mlx_gamma"}},
+    "vllm-mlx", "vllm-mlx",
+    WriteRule("vllm-mlx", QuantRule(one_precision_quant), keep_experts_by_family={"qwen3_5_moe": ("fused",)},
+              quant_by_family={"qwen3_next": QuantRule(vllm_next_quant, float_request_note=(
+                  "vllm-mlx quantizes every Qwen3-Next head linear except fc and the expert stacks at the "
+                  "model's bits: written so, whatever --precision says"))}),
+    layouts=("vllm-mlx", "embedded"),
+    expert_formats_by_family={"qwen3_5_moe": ("fused", "switch_mlp"), "qwen3_next": ("switch_mlp",)},
+    no_mtp={"qwen3_next": "vllm-mlx 0.6.0 loads the head but never drafts Qwen3-Next: \"[MTP] disabled: mlx-lm "
+                          "BatchGenerator lacks the _step hook\" (its own pinned mlx-lm 0.31.3)"},
+    quant_check={None: one_precision_loads, "qwen3_next": vllm_next_loads},
+    norm_rule={"qwen3_5": below_half, "qwen3_5_moe": below_half},
+    norm_markers={"manifest.json": {"artifact_schema_version": 1, "rmsnorm_weight_format": "mlx_gamma"}},
+    # vllm_mlx/api/utils.py _VLM_CONFIG_KEYS (its architecture keywords never name Qwen3.5)
+    vl_route_keys=("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "image_token_id",
+                   "image_token_index", "audio_token_id", "audio_token_index"),
+    mlx_lm=">=0.31.3,<0.32", mlx_lm_range=((0, 31, 3), (0, 31, 99)),
+    loop_cost="vllm-mlx drafts without the head's KV cache (SPEC §5.1: about -20 points)",
+    version_checked="vllm-mlx 0.6.0 (PyPI): measured by tests/conformance",
 )
 EXO = RuntimeSpec(
-    "exo", "exo", DEFAULT, layouts=("sidecar", "embedded", "vllm-mlx"),
-    expert_formats=("switch_mlp", "per-expert", "fused"),
+    "exo", "exo (pull request #2110)",
+    WriteRule("sidecar", QuantRule(whole_head_quant)),
+    layouts=("sidecar", "embedded"), layouts_by_family={"qwen3_next": ("sidecar", "vllm-mlx")},
+    expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
+    mlx_lm="a 0.31.3 fork", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
+    loop_cost="exo skips head-cache entries of accepted drafts (SPEC §5.1: -6 to -16 points)",
+    version_checked="exo #2110 (PR head 2c33a38f, May 2026): SPEC §5.1, not installable here",
 )
-MTPLX = RuntimeSpec("mtplx", "MTPLX", DEFAULT, layouts=("sidecar",), expert_formats=("switch_mlp",))
 MLX_VLM = RuntimeSpec(
-    "mlx-vlm", "mlx-vlm --draft-kind mtp", DEFAULT, layouts=("mlx-vlm-drafter",), expert_formats=("switch_mlp",),
+    "mlx-vlm", "mlx-vlm --draft-kind mtp", _DRAFTER, layouts=("mlx-vlm-drafter",), expert_formats=ALL_EXPERTS,
+    mlx_lm="none (its own model code)",
+    no_mtp={"qwen3_next": "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists "
+                          "qwen3_5_mtp, no qwen3_next_mtp)"},
+    loop_cost="mlx-vlm primes the head from the last prompt position only (SPEC §5.1)",
+    version_checked="mlx-vlm 0.7.10 (PyPI): measured by tests/conformance",
+)
+OMLX = RuntimeSpec(
+    "omlx", "oMLX (not checked against a release: SPEC §5 facts only)",
+    WriteRule("embedded", QuantRule(default_quant)),
+    layouts=("embedded",), expert_formats=("switch_mlp",) + SOURCE_EXPERTS,
+    no_mtp={"qwen3_next": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6"},
+)
+LLAMA_CPP = RuntimeSpec(
+    "llama.cpp", "llama.cpp --spec-type draft-mtp (GGUF: pass the .gguf trunk as --target)", None,
+    output_format=OutputFormat.GGUF,
+    version_checked="llama.cpp b9180 (the llama-cpp-python 0.3.36 sdist): measured by tests/test_gguf_llama.py",
 )
 
-RUNTIMES: dict[str, RuntimeSpec] = {r.name: r for r in (MLX_LM, MLX_LM_MTP, VLLM_MLX, EXO, MTPLX, MLX_VLM)}
+RUNTIMES: dict[str, RuntimeSpec] = {r.name: r for r in (MLX_LM, MLX_LM_MTP, MTPLX, VLLM_MLX, EXO, MLX_VLM, OMLX,
+                                                        LLAMA_CPP)}
 RUNTIME_NAMES = tuple(RUNTIMES)

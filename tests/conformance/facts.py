@@ -8,44 +8,66 @@ must pass all checks.
 
 from __future__ import annotations
 
-#: what each runtime is given (the add-mtp flags that pick its layout)
-LAYOUT_ARGS: dict[str, tuple[str, ...]] = {
-    "mtplx": ("--layout", "sidecar"),
-    "vllm-mlx": ("--layout", "vllm-mlx"),
-    "mlx-vlm": ("--layout", "mlx-vlm-drafter"),
-}
+#: runtimes installable here, each driven in its own virtualenv (released mlx-lm: mtpforge's own)
+MEASURED = ("mtplx", "vllm-mlx", "mlx-vlm", "mlx-lm")
+#: runtimes that read no head: the head must not hurt them (backbone unchanged is the check)
+HEADLESS = ("mlx-lm",)
 
-#: families a runtime has no MTP path for at all, with the runtime's own words
+#: (runtime, family) it does not support at all, with the runtime's own words. mlx-vlm: add-mtp
+#: --runtime refuses with them; vllm-mlx: the head loads (every tensor consumed, backbone
+#: unchanged) and the runtime never drafts.
 UNSUPPORTED: dict[tuple[str, str], str] = {
-    ("mlx-vlm", "next"): "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE "
-                         "lists qwen3_5_mtp, no qwen3_next_mtp)",
-}
-
-#: runtime refusals measured with LAYOUT_ARGS: cell id -> the runtime's words (substring)
-EXPECTED: dict[str, str] = {
-    # MTPLX dequantizes every triplet of a head whose key set is not one of its templates with
-    # the single default bits; the 8-bit router then does not fit (mtp_patch.py).
-    "mtplx-moe-default": "Shape of scales and biases does not match",
-    "mtplx-next-default": "Shape of scales and biases does not match",
+    ("mlx-vlm", "next"): "no Qwen3-Next MTP drafter",
     # vllm-mlx's LLM route (Qwen3-Next is a text model) installs its MTP step on mlx-lm's
     # BatchGenerator._step, which its own pinned mlx-lm 0.31.3 no longer has: it logs
     # "[MTP] disabled" and never drafts, whatever the head.
-    "vllm-mlx-next-default": "lacks the _step hook",
-    "vllm-mlx-next-bf16": "lacks the _step hook",
-    # mlx-vlm's batched MoE verify flips one near-tie greedy token (prompt 2, token 36) against
-    # its own plain decode, at both precisions alike: verification numerics of the runtime, not
-    # the head (the head's tensors load strictly and as written; the backbone is unchanged).
+    ("vllm-mlx", "next"): "lacks the _step hook",
+}
+
+#: cells whose greedy MTP output differs from the runtime's own plain output although the head
+#: loads strictly, as written, and the backbone is unchanged: the runtime's verification
+#: numerics, not the head (mlx-vlm's batched MoE verify flips one near-tie token, at both
+#: precisions alike). Value: where (substring of the divergence).
+NUMERICS: dict[str, str] = {
     "mlx-vlm-moe-default": "'prompt': 2, 'token': 36",
     "mlx-vlm-moe-bf16": "'prompt': 2, 'token': 36",
 }
 
-#: what plain ``add-mtp`` (no --layout) output does in each runtime: cell id -> harm (substring
-#: of the verdict: "BACKBONE CHANGED", or the runtime's words when it cannot load the folder)
-EXPECTED_DEFAULT: dict[str, str] = {
-    # MTPLX pins mlx-lm 0.31.x, whose qwen3_5 sanitize adds +1 to every backbone norm once an
-    # mtp. key is in model*.safetensors (the embedded layout)
-    "mtplx-dense-default-default-layout": "BACKBONE CHANGED",
-    # (and its MoE head, at the default precision, is refused as in the sidecar layout)
-    "mtplx-moe-default-default-layout": "Shape of scales and biases does not match",
-    "mtplx-next-default-default-layout": "Shape of scales and biases does not match",
+#: hand-broken (or hand-picked) folders for the inspect agreement test: id -> (runtime, family,
+#: add-mtp arguments, edit after writing or None, what the runtime was measured to do:
+#: "works" | "costs" (loads and drafts, values re-shifted) | "fails")
+VARIANTS: dict[str, tuple[str, str, tuple[str, ...], str | None, str]] = {
+    # the old default: mtp. keys in model*.safetensors under MTPLX's mlx-lm 0.31.3 (+1 on every
+    # backbone norm)
+    "mtplx-dense-embedded": ("mtplx", "dense", ("--layout", "embedded"), None, "fails"),
+    # MTPLX finds a bare mtp.safetensors without the config reference
+    "mtplx-dense-unreferenced": ("mtplx", "dense", ("--runtime", "mtplx"), "drop-sidecar-reference", "works"),
+    # the sidecar layout's own rule (8-bit routers, fc quantized): no MTPLX template
+    "mtplx-moe-layout-sidecar": ("mtplx", "moe", ("--layout", "sidecar"), None, "fails"),
+    # fused experts: MTPLX restacks them itself (no false EXPERT_LAYOUT_INCOMPATIBLE)
+    "mtplx-moe-fused-bf16": ("mtplx", "moe", ("--runtime", "mtplx", "--experts", "source", "--precision", "bf16"),
+                             None, "works"),
+    "mtplx-moe-fused": ("mtplx", "moe", ("--runtime", "mtplx", "--experts", "source"), None, "works"),
+    "mtplx-moe-8bit": ("mtplx", "moe", ("--runtime", "mtplx", "--precision", "8"), None, "works"),
+    # MTPLX loads an already converted Qwen3-Next strictly: "Received 42 parameters not in model"
+    "mtplx-next-in-model-files": ("mtplx", "next", ("--runtime", "mtplx", "--layout", "vllm-mlx"), None, "fails"),
+    # without mtp/manifest.json vllm-mlx decides the norms by mean < 0.5: the trained head's
+    # shifted norms all sit above it, the fixture's pre_fc norms below it (re-shifted)
+    "vllm-mlx-dense-no-manifest": ("vllm-mlx", "dense", ("--runtime", "vllm-mlx"), "drop-vllm-manifest", "works"),
+    "vllm-mlx-moepe-no-manifest": ("vllm-mlx", "moepe", ("--runtime", "vllm-mlx"), "drop-vllm-manifest", "costs"),
+    # Qwen3.5 checkpoints go through the MLLM route (mlx-vlm's loader drops mtp.* unchanged), and
+    # its injection falls back to model-mtp.safetensors
+    "vllm-mlx-dense-embedded": ("vllm-mlx", "dense", ("--layout", "embedded"), None, "works"),
+    # MTPLX's rule in vllm-mlx's layout: an 8-bit shared_expert_gate dequantized with 4 bits
+    "vllm-mlx-moe-mtplx-rule": ("vllm-mlx", "moe", ("--runtime", "mtplx", "--layout", "vllm-mlx"), None, "fails"),
+    # a per-expert Qwen3.5 MoE source: the layout's own rule keeps per-expert experts
+    "vllm-mlx-moepe-layout": ("vllm-mlx", "moepe", ("--layout", "vllm-mlx"), None, "fails"),
+    "vllm-mlx-moepe-runtime": ("vllm-mlx", "moepe", ("--runtime", "vllm-mlx"), None, "works"),
+    # mlx-vlm loads every expert format (no false EXPERT_LAYOUT_INCOMPATIBLE)
+    "mlx-vlm-moe-fused": ("mlx-vlm", "moe", ("--runtime", "mlx-vlm", "--experts", "source"), None, "works"),
+    "mlx-vlm-moepe-per-expert": ("mlx-vlm", "moepe", ("--runtime", "mlx-vlm", "--experts", "source"), None, "works"),
+    "mlx-vlm-dense-8bit": ("mlx-vlm", "dense", ("--runtime", "mlx-vlm", "--precision", "8"), None, "works"),
+    # released mlx-lm drops mtp.* for Qwen3.5 and refuses it for an already converted Qwen3-Next
+    "mlx-lm-dense-embedded": ("mlx-lm", "dense", ("--layout", "embedded"), None, "works"),
+    "mlx-lm-next-in-model-files": ("mlx-lm", "next", ("--layout", "vllm-mlx"), None, "fails"),
 }

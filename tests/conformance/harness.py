@@ -1,9 +1,11 @@
 """Conformance harness: mtpforge writes a head with its CLI, the runtime loads and decodes it in its
 own virtualenv, and the result is one row of the runtime matrix.
 
-One subprocess per cell does every check of that cell (load, head tensors consumed, plain vs MTP
-greedy output, backbone vs the same folder without a head, the runtime's acceptance), so a cell
-costs one interpreter start and one import of the runtime.
+One driver subprocess per (runtime, family) loads and decodes every folder of that group (load,
+head tensors consumed, plain vs MTP greedy output, backbone vs the same folder without a head,
+the runtime's acceptance), so a group costs one interpreter start and one import of the runtime.
+``mtpforge inspect --runtime R`` runs on the same folders, and each row says whether its
+prediction agrees with what the runtime did.
 """
 
 from __future__ import annotations
@@ -22,9 +24,14 @@ DRIVERS = Path(__file__).resolve().parent / "drivers"
 sys.path.insert(0, str(REPO / "scripts"))
 import setup_runtimes  # noqa: E402  (a script, not a package: standard library only)
 
+from tests.conformance.facts import HEADLESS  # noqa: E402
+
 DATA = REPO / "mtpforge" / "data"
 FAMILIES = ("dense", "moe", "next")
-FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained)", "next": "Qwen3-Next (fixture)"}
+FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained, fused experts)",
+                "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)"}
+#: the synthetic variant each fixture family is built from
+FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
 PRECISIONS = ("default", "bf16")
 MAX_TOKENS = 48
 
@@ -45,15 +52,24 @@ class Cell:
     runtime: str
     family: str
     precision: str
-    #: extra add-mtp arguments (layout, experts, precision overrides) measured for this cell
+    #: add-mtp arguments besides --source/--target (--runtime, overrides)
     args: tuple[str, ...] = ()
-    #: "default" = the folder plain `add-mtp` writes, checked for backbone safety only
+    #: "runtime": add-mtp --runtime R; "default": plain add-mtp; "variant": a hand-picked folder
     kind: str = "runtime"
+    #: a change made by hand after add-mtp (``EDITS``), for variants
+    edit: str | None = None
+    #: a variant's own id
+    name: str | None = None
 
     @property
     def id(self) -> str:
-        extra = {"default": "-default-layout", "candidate": "-candidate"}.get(self.kind, "")
-        return f"{self.runtime}-{self.family}-{self.precision}{extra}"
+        if self.name:
+            return self.name
+        return f"{self.runtime}-{self.family}-{'default-output' if self.kind == 'default' else self.precision}"
+
+    @property
+    def add_args(self) -> tuple[str, ...]:
+        return (("--precision", self.precision) if self.precision not in ("default", "-") else ()) + self.args
 
 
 @dataclass
@@ -70,10 +86,10 @@ class Models:
 
     def source(self, family: str) -> Path:
         if family not in self.sources:
-            if family == "next":
+            if family in FIXTURES:
                 from tests.support.synth import build_hf_variant
 
-                self.sources[family] = build_hf_variant("qwen3_next", self.root / "hf-qwen3_next")
+                self.sources[family] = build_hf_variant(FIXTURES[family], self.root / f"hf-{FIXTURES[family]}")
             else:
                 self.sources[family] = DATA / ("tiny-qwen3_5" if family == "dense" else "tiny-qwen3_5_moe")
         return self.sources[family]
@@ -115,6 +131,20 @@ def mtpforge_cli(*args: str) -> dict[str, Any]:
     return report
 
 
+def _drop_sidecar_reference(folder: Path) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("mlx_lm_extra_tensors")
+    (folder / "config.json").write_text(json.dumps(cfg, indent=4))
+
+
+def _drop_vllm_manifest(folder: Path) -> None:
+    (folder / "mtp" / "manifest.json").unlink()
+
+
+#: hand edits a variant makes after add-mtp wrote the folder
+EDITS = {"drop-sidecar-reference": _drop_sidecar_reference, "drop-vllm-manifest": _drop_vllm_manifest}
+
+
 def make_folder(models: Models, cell: Cell, work: Path) -> tuple[Path, Path | None, dict[str, Any]]:
     """Copy the shared target, add the head with the CLI; return (model folder, drafter folder, report)."""
     folder = work / "model"
@@ -124,18 +154,22 @@ def make_folder(models: Models, cell: Cell, work: Path) -> tuple[Path, Path | No
     if drafter.exists():
         shutil.rmtree(drafter)
     shutil.copytree(models.target(cell.family), folder, symlinks=True)
-    args = ["add-mtp", "--source", str(models.source(cell.family)), "--target", str(folder)]
-    if cell.precision != "default":
-        args += ["--precision", cell.precision]
-    args += list(cell.args)
+    args = ["add-mtp", "--source", str(models.source(cell.family)), "--target", str(folder), *cell.add_args]
     report = mtpforge_cli(*args)
+    if cell.edit and report["_exit"] == 0:
+        EDITS[cell.edit](folder)
     return folder, (drafter if drafter.is_dir() else None), report
+
+
+def runtime_python(runtime: str) -> Path:
+    """Released mlx-lm runs in mtpforge's own environment; the others in their own venvs."""
+    return Path(sys.executable) if runtime in HEADLESS else setup_runtimes.venv_python(runtime)
 
 
 def run_driver(runtime: str, spec: dict[str, Any], work: Path, timeout: float = 900) -> dict[str, Any]:
     """The runtime's own python runs ``drivers/drive_<runtime>.py`` on ``spec``; its JSON result
     (``{"cells": {id: result}, "bare": result}``)."""
-    py = setup_runtimes.venv_python(runtime)
+    py = runtime_python(runtime)
     spec_file, out_file = work / "spec.json", work / "result.json"
     spec_file.write_text(json.dumps(spec))
     out_file.unlink(missing_ok=True)
@@ -168,7 +202,7 @@ RESULTS: list[dict[str, Any]] = []
 
 
 def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[str, Any]:
-    """A driver's raw result for one folder (and the bare folder's tokens) -> the row's verdicts."""
+    """A driver's raw result for one folder (and the bare folder's tokens) -> the row's checks."""
     load = res.get("load") or {}
     values = res.get("values") or {}
     loaded = "stage" not in res or res["stage"] not in ("load",)
@@ -193,9 +227,37 @@ def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[
         row["first_divergence"] = _first_divergence(res["plain"], res["mtp"])
     if row["backbone_unchanged"] is False:
         row["backbone_divergence"] = _first_divergence(bare_tokens, res["plain"])
-    row["passes"] = bool(row["loads"] and row["tensors_consumed"] and row["values_as_written"]
-                         and row["identical"] and row["backbone_unchanged"] and (row["drafted"] or 0) > 0)
     return row
+
+
+def runtime_verdict(row: dict[str, Any]) -> str:
+    """What the runtime did with the folder: ``works`` (loads every tensor as written, drafts,
+    backbone unchanged), ``costs`` (works, but re-shifted values: lower acceptance) or ``fails``.
+    A runtime that reads no head works when its backbone is unchanged. Greedy identity is not
+    part of it: verification makes it hold for any head, so a difference is the runtime's."""
+    backbone = row.get("backbone_unchanged") is True and not row.get("error")
+    if row["runtime"] in HEADLESS:
+        return "works" if backbone else "fails"
+    if not (backbone and row.get("loads") and row.get("tensors_consumed") and (row.get("drafted") or 0) > 0):
+        return "fails"
+    return "works" if row.get("values_as_written") else "costs"
+
+
+def inspect_verdict(report: dict[str, Any]) -> str:
+    """What ``inspect --runtime R`` predicts, in the same three words."""
+    findings = report.get("findings", [])
+    if any(f["severity"] == "error" for f in findings):
+        return "fails"
+    return "costs" if any(f["code"] == "RUNTIME_RESHIFTS_NORMS" for f in findings) else "works"
+
+
+def inspect_for(folder: Path, runtime: str) -> dict[str, Any]:
+    """``mtpforge inspect --runtime R`` (in process) on the folder the runtime was given."""
+    from mtpforge.inspect import inspect_checkpoint
+
+    rep = inspect_checkpoint(str(folder), runtime=runtime)
+    return {"verdict": inspect_verdict(rep),
+            "findings": [f"{f['code']} ({f['severity']})" for f in rep["findings"] if f["severity"] != "info"]}
 
 
 def _first_divergence(a: list[list[int]], b: list[list[int]]) -> list[dict[str, Any]]:
@@ -212,86 +274,95 @@ def why_not(row: dict[str, Any]) -> str:
     """What failed, in the runtime's own words where it raised."""
     if row.get("error"):
         return f"{row.get('failed_stage') or row.get('outcome')}: {row['error']}"
-    checks = ("backbone_unchanged",) if row.get("kind") in ("default", "candidate") else \
+    checks = ("backbone_unchanged",) if row["runtime"] in HEADLESS else \
         ("loads", "tensors_consumed", "values_as_written", "identical", "backbone_unchanged")
     bad = [k for k in checks if row.get(k) is not True]
-    if row.get("kind") == "runtime" and not (row.get("drafted") or 0):
+    if row["runtime"] not in HEADLESS and not (row.get("drafted") or 0):
         bad.append("drafted nothing")
     return f"failed checks {bad}; load {row.get('load_report')}; values differ {row.get('values_differ')}; " \
            f"notes {row.get('notes')}; divergence {row.get('first_divergence') or row.get('backbone_divergence')}"
 
 
 def cell_text(row: dict[str, Any]) -> str:
-    """One matrix cell: verdict and acceptance (runtime / verify)."""
+    """One matrix cell: what the runtime did, its acceptance (and verify's), inspect's agreement."""
+    agree = row.get("inspect") or {}
+    tail = f" | inspect: {agree.get('verdict')}{' (agrees)' if agree.get('verdict') == row.get('verdict') else ' (DISAGREES)'}" \
+        if agree else ""
     if row.get("outcome") == "add-mtp refused":
-        return f"add-mtp refused: {(row.get('error') or '')[:80]}"
-    if row.get("error") and row.get("failed_stage") == "load":
-        return f"LOAD FAILS: {row['error'][:110]}"
-    if row.get("kind") in ("default", "candidate"):
-        b = row.get("backbone_unchanged")
-        head = "head not read"
-        if row.get("loads"):
-            head = "head loaded"
-            if row.get("drafted"):
-                head += f", drafts {row['acceptance_runtime']:.1%}, identical {row.get('identical')}"
-        return f"backbone unchanged, {head}" if b else ("BACKBONE CHANGED" if b is False else f"FAIL {why_not(row)[:100]}")
-    if not row.get("passes"):
-        return f"FAIL {why_not(row)[:110]}"
+        return f"add-mtp refused: {(row.get('error') or '')[:110]}"
+    if row.get("error") and row.get("failed_stage") in ("load", "load without head"):
+        return f"LOAD FAILS: {row['error'][:100]}{tail}"
+    if row["runtime"] in HEADLESS:
+        return ("loads, backbone unchanged" if row.get("backbone_unchanged") else f"FAIL {why_not(row)[:100]}") + tail
+    if not row.get("loads") or not (row.get("drafted") or 0):
+        b = {True: "backbone unchanged", False: "BACKBONE CHANGED"}.get(row.get("backbone_unchanged"), "backbone ?")
+        what = "head not read" if not row.get("loads") else "head loaded, never drafts"
+        return f"{b}, {what}{tail}"
     a, v = row.get("acceptance_runtime"), row.get("acceptance_verify")
-    return f"ok, runtime acceptance {a:.1%}" + (f" (mtpforge verify {v:.1%})" if v is not None else "")
+    head = "ok" if row.get("passes") else f"FAIL {why_not(row)[:80]}"
+    if row.get("verdict") == "works" and row.get("identical") is False:  # loads and drafts as written
+        head = f"ok, but its MTP output differs from its own plain output at {row['first_divergence']}"
+    return f"{head}, runtime {a:.1%}" + (f" (verify {v:.1%})" if v is not None else "") + tail
 
 
 def matrix_lines(rows: list[dict[str, Any]], seconds: float) -> list[str]:
     lines = [f"runtime conformance matrix ({len(rows)} cells, {seconds:.0f} s)",
-             f"{'runtime':10} {'family':7} {'precision':9} {'kind':8} result"]
+             f"{'cell':34} {'add-mtp':46} result"]
     for r in rows:
-        lines.append(f"{r['runtime']:10} {r['family']:7} {r['precision']:9} {r['kind']:8} {cell_text(r)}")
+        lines.append(f"{r['cell']:34} {r['add_mtp'][:46]:46} {cell_text(r)}")
     for rt, facts in NOT_INSTALLABLE.items():
-        lines.append(f"{rt:10} {'all':7} {'all':9} {'-':8} not installable here: {facts}")
+        lines.append(f"{rt:34} {'(all)':46} not installable here: {facts}")
     return lines
 
 
-def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work: Path) -> dict[str, dict[str, Any]]:
-    """Write every cell's folder with the CLI, then one driver subprocess loads and decodes them
-    all (plus the folder without a head); rows by cell id."""
+def _write_all(models: Models, cells: list[Cell], work: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]],
+                                                                      dict[str, Path]]:
+    """Every cell's folder written with the CLI: (rows, driver entries, folder inspect reads)."""
     rows: dict[str, dict[str, Any]] = {}
-    entries = []
-    folders: dict[str, Path] = {}
+    entries, folders = [], {}
     for cell in cells:
         cw = work / cell.id
         cw.mkdir(parents=True, exist_ok=True)
         folder, drafter, report = make_folder(models, cell, cw)
         row: dict[str, Any] = {
-            "cell": cell.id, "runtime": runtime, "family": family, "precision": cell.precision,
-            "kind": cell.kind, "add_mtp": " ".join(["add-mtp", *(["--precision", cell.precision]
-                                                               if cell.precision != "default" else []), *cell.args]),
-            "add_mtp_exit": report["_exit"], "layout": report.get("layout"),
-            "add_mtp_warnings": [f.get("code") for f in report.get("findings", []) if isinstance(f, dict)],
+            "cell": cell.id, "runtime": cell.runtime, "family": cell.family, "precision": cell.precision,
+            "kind": cell.kind, "add_mtp": " ".join(["add-mtp", *cell.add_args]) + (f" + {cell.edit}" if cell.edit else ""),
+            "add_mtp_exit": report["_exit"], "layout": report.get("layout"), "add_mtp_notes": report.get("notes", []),
         }
         rows[cell.id] = row
         if report["_exit"] != 0:
-            row.update(outcome="add-mtp refused", passes=False,
+            row.update(outcome="add-mtp refused", passes=False, verdict="fails",
                        error=(report.get("error") or {}).get("message") or str(report)[:300])
             continue
-        folders[cell.id] = folder
-        entries.append({"id": cell.id, "folder": str(folder), "drafter": str(drafter) if drafter else None,
-                        "mtp": cell.kind != "default"})
+        folders[cell.id] = drafter or folder
+        entries.append({"id": cell.id, "folder": str(folder), "drafter": str(drafter) if drafter else None})
+    return rows, entries, folders
+
+
+def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work: Path) -> dict[str, dict[str, Any]]:
+    """Write every cell's folder with the CLI, then one driver subprocess loads and decodes them
+    all (plus the folder without a head); inspect --runtime reads each; rows by cell id."""
     from mtpforge.verify import DEFAULT_PROMPTS
 
+    rows, entries, folders = _write_all(models, cells, work)
     spec = {"cells": entries, "bare": str(models.target(family)), "prompts": models.prompts(family),
             "texts": list(DEFAULT_PROMPTS), "max_tokens": MAX_TOKENS, "family": family}
     res = run_driver(runtime, spec, work) if entries else {"cells": {}}
     bare = res.get("bare") or {}
-    bare_tokens = bare.get("tokens")
     for cell in cells:
         if cell.id not in res["cells"]:
             continue
         row = rows[cell.id]
-        row.update(summarize(res["cells"][cell.id], bare_tokens))
-        if cell.kind in ("default", "candidate"):
-            row["passes"] = bool(row["backbone_unchanged"]) and row["identical"] is not False
-        elif row["loads"]:
-            row["acceptance_verify"] = verify_acceptance(folders[cell.id])
-        if bare_tokens is None:
+        row.update(summarize(res["cells"][cell.id], bare.get("tokens")))
+        row["passes"] = runtime_verdict(row) != "fails" and (row["identical"] is not False or runtime in HEADLESS)
+        row["verdict"] = runtime_verdict(row)
+        row["inspect"] = inspect_for(folders[cell.id], runtime)
+        if cell.kind == "runtime" and row["loads"] and runtime not in HEADLESS:
+            row["acceptance_verify"] = verify_acceptance(Path(entry_folder(entries, cell.id)))
+        if bare.get("tokens") is None:
             row["notes"] = row.get("notes", []) + [f"bare folder failed: {bare.get('error')}"]
     return rows
+
+
+def entry_folder(entries: list[dict[str, Any]], cid: str) -> str:
+    return next(e["folder"] for e in entries if e["id"] == cid)

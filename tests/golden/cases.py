@@ -1,10 +1,13 @@
 """The byte-identical guard: sha256 of every file add-mtp writes, for the bundled models and a
-Qwen3-Next fixture, in every layout and precision add-mtp supports.
+Qwen3-Next fixture, in every layout and precision add-mtp supports, for plain add-mtp
+("default") and for every ``--runtime``.
 
-``add_mtp_hashes.json`` was recorded by the code before the architecture refactor (main at
-6004dfb; against a241ded only ``mtpforge.json`` differs, by the manifest's second version with
-file hashes); the test compares today's outputs with it. Regenerate (only when an output change is intended, and say
-why in the commit) with::
+``add_mtp_hashes.json``: the per-layout cases were recorded by the code before the
+architecture refactor (main at 6004dfb; against a241ded only ``mtpforge.json`` differs, by the
+manifest's second version with file hashes) and are unchanged since; the "default" and
+"runtime=" cases were added when plain add-mtp became the portable sidecar and ``--runtime``
+arrived (issue #11). The test compares today's outputs with it. Regenerate (only when an output
+change is intended, and say why in the commit) with::
 
     python -m tests.golden.cases --write
 
@@ -42,10 +45,26 @@ def versions() -> dict[str, str]:
     return {p: metadata.version(p) for p in ("mlx", "mlx-lm")}
 
 
+#: runtimes with an MLX-folder write rule that have an MTP path for each model
+RUNTIME_CASES: dict[str, tuple[str, ...]] = {
+    "tiny-qwen3_5": ("mlx-lm", "mlx-lm-mtp", "mtplx", "vllm-mlx", "exo", "mlx-vlm", "omlx"),
+    "tiny-qwen3_5_moe": ("mlx-lm", "mlx-lm-mtp", "mtplx", "vllm-mlx", "exo", "mlx-vlm", "omlx"),
+    "qwen3_next": ("mlx-lm", "mtplx", "vllm-mlx", "exo"),
+}
+
+
 def cases() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(case id, add-mtp keyword options) for every combination recorded."""
+    """(case id, add-mtp keyword options) for every combination recorded: each layout alone,
+    plain add-mtp ("default"), and each --runtime."""
     for model, (layouts, moe) in MODELS.items():
         for tname in TARGETS:
+            for opts in [{}, *({"precision": p} for p in PRECISIONS)]:
+                yield "/".join([model, tname, "default"] + [f"{k}={v}" for k, v in opts.items()]), \
+                    {"model": model, "target": tname, **opts}
+            for rt in RUNTIME_CASES[model]:
+                for opts in ({}, {"precision": "bf16"}):
+                    yield "/".join([model, tname, f"runtime={rt}"] + [f"{k}={v}" for k, v in opts.items()]), \
+                        {"model": model, "target": tname, "runtime": rt, **opts}
             for layout in layouts:
                 combos: list[dict[str, Any]] = [{"precision": p} for p in PRECISIONS]
                 combos.append({"precision": "match", "keep_fc_full_precision": True})

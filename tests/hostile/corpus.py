@@ -409,7 +409,8 @@ CASES: list[Case] = [
     Case("source_index_weight_map_not_dict", write(INDEX, '{"weight_map": [1, 2]}', in_src=True), says="weight_map"),
     Case("source_index_values_not_str", json_edit(INDEX, weight_map(_point_mtp(7)), in_src=True), says="weight_map"),  # type: ignore[arg-type]
     Case("source_index_deep_nesting", write(INDEX, DEEP, in_src=True)),
-    Case("target_index_is_directory", _index_is_dir),
+    # the embedded layout writes the index (a sidecar never reads or writes it)
+    Case("target_index_is_directory", _index_is_dir, argv=ADD + ("--layout", "embedded")),
     # configs
     Case("target_config_missing", _remove("config.json"), says="config.json"),
     Case("target_config_not_json", write("config.json", "{model_type: qwen3_5"), says="not valid JSON"),

@@ -80,6 +80,7 @@ def _mllm_decode(folder: str, texts: list[str], n: int, mtp: bool, log: Any = No
 def _cell_mllm(spec: dict[str, Any], entry: dict[str, Any], out: dict[str, Any]) -> None:
     n, texts = spec["max_tokens"], spec["texts"]
     want_mtp = entry.get("mtp", True)
+    NOTES.lines.clear()
     log = LoadLog()
     try:
         tokens, stats, eng = stage("load", lambda: _mllm_decode(entry["folder"], texts, n, want_mtp, log))
