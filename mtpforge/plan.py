@@ -344,7 +344,7 @@ def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any],
                        else "--layout / --precision / --experts override what it loads")
                 notes.append(f"will not work in {row.name}: {p.message} ({how})")
             elif p.code in BACKBONE_HARM:
-                notes.append(f"breaks {row.name}: {p.message} (plain add-mtp writes a folder no runtime's backbone minds)")
+                notes.append(f"breaks {row.name}: {p.message} (plain add-mtp writes a folder no runtime's loader minds)")
     return notes
 
 

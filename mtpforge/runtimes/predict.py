@@ -70,12 +70,12 @@ def _backbone(row: RuntimeSpec, family: str, placed: Placed) -> list[Prediction]
     if not placed.in_glob:
         return []
     if family in row.rejects_head_in_glob:
-        return [Prediction("MLX_LM_LOAD_BREAKS", f"{row.name} loads {family} strictly with mlx-lm {row.mlx_lm}: the head's "
+        return [Prediction("MLX_LM_LOAD_BREAKS", f"{row.name} loads {family} strictly with {row.mlx_lm}: the head's "
                                                  "keys in model*.safetensors fail the load (\"parameters not in model\")")]
     legacy = MLX_LM.double_shift_versions
     if legacy and family in MLX_LM.double_shift_families and row.pins_double_shift(legacy) \
             and not any(k in placed.config_keys for k in row.vl_route_keys):
-        return [Prediction("LEGACY_LOADER_DOUBLE_SHIFT", f"{row.name} pins mlx-lm {row.mlx_lm}, which adds +1 to every "
+        return [Prediction("LEGACY_LOADER_DOUBLE_SHIFT", f"{row.name} loads the backbone with {row.mlx_lm}, which adds +1 to every "
                                                          "backbone norm when mtp. keys sit in model*.safetensors: "
                                                          "the backbone is corrupted there (greedy output changes)")]
     return []

@@ -52,21 +52,21 @@ MLX_LM = RuntimeSpec(
     "mlx-lm", "released mlx-lm: loads the backbone, reads no MTP head (the head must not hurt it)", PORTABLE,
     rejects_head_in_glob=("qwen3_next",), double_shift_versions=DOUBLE_SHIFT,
     double_shift_families=("qwen3_5", "qwen3_5_moe"),
-    mlx_lm=">=0.32", mlx_lm_range=((0, 32, 0), (99,)),
+    mlx_lm="mlx-lm >= 0.32", mlx_lm_range=((0, 32, 0), (99,)),
     version_checked="mlx-lm 0.32.2 (mtpforge's own dependency): measured by tests/conformance",
 )
 MLX_LM_MTP = RuntimeSpec(
     "mlx-lm-mtp", "mlx-lm's MTP branch (#990)", _990,
     layouts=("embedded",), expert_formats=SOURCE_EXPERTS, quantized_experts=False,
     no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (SPEC §5: the embedded layout is for Qwen3.5/3.6)"},
-    mlx_lm="its own branch",
+    mlx_lm="its own mlx-lm branch",
     version_checked="mlx-lm #990 (PR head, Aug 2026): SPEC §5.1, not installable here",
 )
 MTPLX = RuntimeSpec(
     "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant)),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
     quant_check={None: mtplx_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
-    mlx_lm=">=0.31,<0.32 (0.31.3)", mlx_lm_range=MLX_LM_031,
+    mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
 VLLM_MLX = RuntimeSpec(
@@ -85,7 +85,7 @@ VLLM_MLX = RuntimeSpec(
     # vllm_mlx/api/utils.py _VLM_CONFIG_KEYS (its architecture keywords never name Qwen3.5)
     vl_route_keys=("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "image_token_id",
                    "image_token_index", "audio_token_id", "audio_token_index"),
-    mlx_lm=">=0.31.3,<0.32", mlx_lm_range=((0, 31, 3), (0, 31, 99)),
+    mlx_lm="mlx-lm 0.31.3 (it pins >=0.31.3,<0.32)", mlx_lm_range=((0, 31, 3), (0, 31, 99)),
     loop_cost="vllm-mlx drafts without the head's KV cache (SPEC §5.1: about -20 points)",
     version_checked="vllm-mlx 0.6.0 (PyPI): measured by tests/conformance",
 )
@@ -94,7 +94,7 @@ EXO = RuntimeSpec(
     WriteRule("sidecar", QuantRule(whole_head_quant)),
     layouts=("sidecar", "embedded"), layouts_by_family={"qwen3_next": ("sidecar", "vllm-mlx")},
     expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
-    mlx_lm="a 0.31.3 fork", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
+    mlx_lm="a fork of mlx-lm 0.31.3", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
     loop_cost="exo skips head-cache entries of accepted drafts (SPEC §5.1: -6 to -16 points)",
     version_checked="exo #2110 (PR head 2c33a38f, May 2026): SPEC §5.1, not installable here",
 )
