@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # What each runtime needs on a Linux CPU, pinned to the versions the conformance suite checked.
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown runtime {unknown[0]!r}; known: {', '.join(RUNTIMES)}", file=sys.stderr)
         return 2
     out, failed = {}, []
-    for n in names:
+
+    def one(n: str) -> None:
         try:
             s = build(n, log=lambda m: print(m, file=sys.stderr))
             out[n] = {k: v for k, v in s.items() if k != "freeze"} | {"path": str(venv_dir(n))}
@@ -194,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(n)
             out[n] = {"error": f"{' '.join(map(str, e.cmd[:4]))} ... exited {e.returncode}"}
             print(f"[setup_runtimes] {n}: failed ({out[n]['error']})", file=sys.stderr)
+
+    # the virtualenvs are independent (each has its own lock): built side by side, a fresh
+    # machine waits for the slowest (vllm-mlx's torch), not for the sum
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        list(pool.map(one, names))
+    out = {n: out[n] for n in names}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
