@@ -112,7 +112,7 @@ MLX_PRECISIONS = tuple(v for v in choices("precision") if v not in get_args(Ggml
 
 #: help for the head flags whose add-mtp help speaks of GGUF targets, which convert never writes
 HEAD_HELP = {
-    "layout": "Where the head goes in the converted folder; default: embedded for Qwen3.5/3.6, sidecar for Qwen3-Next.",
+    "layout": "Where the head goes in the converted folder; default: the sidecar plain add-mtp writes (--runtime picks what a runtime reads).",
     "precision": "match (the quantization the conversion chose), bf16, float16, or bits (2, 3, 4, 5, 6, 8).",
 }
 

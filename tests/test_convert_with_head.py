@@ -40,7 +40,8 @@ def test_local_equals_mlx_lm_convert_then_add_mtp(kind: str, tmp_path: Path) -> 
     add_mtp(source=str(src), target=str(apart), progress=False)
     assert folder_state(mine) == folder_state(apart)
     assert res["mtp_tensors"] > 0 and res["fetched_bytes"] == 0 and res["quantization"]["default"]["bits"] == 4
-    assert "model-mtp.safetensors" in {Path(f).name for f in res["files_written"]}
+    # the plain default (no --runtime, no --layout): the sidecar no runtime's pinned mlx-lm sees
+    assert res["layout"] == "sidecar" and "mtp.safetensors" in {Path(f).name for f in res["files_written"]}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 

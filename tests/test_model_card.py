@@ -54,7 +54,7 @@ def test_add_verify_record_remove(tmp_path: Path) -> None:
     card = _card(target)
     assert card.startswith(card_before) and card.count(model_card.BEGIN) == 1
     sec = card[len(card_before):]
-    assert "## MTP head" in sec and "`tiny-qwen3_5` (a local folder)" in sec and "| layout | embedded |" in sec
+    assert "## MTP head" in sec and "`tiny-qwen3_5` (a local folder)" in sec and "| layout | sidecar |" in sec
     assert "4-bit, group 64, affine" in sec and "verify" not in sec.split("|---|---|")[1]
 
     r = verify(str(target), generate=True, max_tokens=16, record=True, progress=False)
