@@ -6,7 +6,7 @@ are (mlx_lm.convert, 4-bit, group 64: the head is dropped), the head is added ba
 ``add-mtp`` (default options), then ``verify --generate`` runs repeatedly, depths interleaved
 (the order rotates each round), each run in its own process; medians and min-max of the
 MTP/plain tok/s ratio, with acceptance beside each. On this CPU a tiny model is
-overhead-bound and SPEC §4 expects break-even at best; the numbers are reported as measured.
+overhead-bound and docs/SPEC.md §4 expects break-even at best; the numbers are reported as measured.
 
     python benchmarks/bench_decode.py            # ~4 min
 """

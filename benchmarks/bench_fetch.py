@@ -3,7 +3,7 @@ plain ``snapshot_download`` vs today's script (hf_hub_download every shard holdi
 tensor, load, extract).
 
 Synthetic repos on the loopback test hub (tests.support.synth.hub_server, 127.0.0.1 only) copy the
-real shard layouts of SPEC §2 — the head spread over the reported shards, mixed with backbone
+real shard layouts of docs/SPEC.md §2 — the head spread over the reported shards, mixed with backbone
 tensors — at a reduced width but the real depth, so the head's share of the repo stays close to
 the real one. Every tool runs in a child process with its own empty HF_HOME and talks to the
 server through the real huggingface_hub client; bytes are what the server log says it sent.

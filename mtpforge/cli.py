@@ -1,4 +1,4 @@
-"""The command line: a thin shell over the Python API (CONTRACT.md).
+"""The command line: a thin shell over the Python API (docs/CONTRACT.md).
 
 Each command maps its flags one-to-one onto the keyword arguments of one function, renders the
 result, and turns an ``MtpforgeError`` into one line and an exit code. Tracebacks only with

@@ -1,7 +1,7 @@
 """One exception family for everything a user can cause.
 
 Each error carries the one-line message and the fix the CLI prints; ``exit_code`` follows
-CONTRACT.md: 2 for input that cannot be used at all, 1 for a check that refused the operation.
+docs/CONTRACT.md: 2 for input that cannot be used at all, 1 for a check that refused the operation.
 """
 
 from __future__ import annotations

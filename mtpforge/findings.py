@@ -1,4 +1,4 @@
-"""Finding codes of SPEC §6 with their default severity, as one table."""
+"""Finding codes of docs/SPEC.md §6 with their default severity, as one table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mtpforge inspect``: what a checkpoint holds and every problem of SPEC §6 that applies.
+"""``mtpforge inspect``: what a checkpoint holds and every problem of docs/SPEC.md §6 that applies.
 
 Reads config, index and safetensors headers only; tensor values are read for the head's norms
 (a few KB) and, for local folders, for the finite/degenerate scan of the head. Over HTTP no
@@ -35,7 +35,7 @@ def inspect_checkpoint(
     use_manifest: bool = True,
     behaviour: bool = True,
 ) -> dict[str, Any]:
-    """Inspect TARGET (folder or repo id) and return the CONTRACT.md report.
+    """Inspect TARGET (folder or repo id) and return the docs/CONTRACT.md report.
 
     ``report["exit_code"]`` is 1 when a finding is an error (or a warning with ``strict``).
     ``behaviour``: let the norm check decode with the head when nothing else decides its norms.

@@ -2,7 +2,7 @@
 
 Every JSON object mtpforge prints carries ``schema_version``; a CI script checks it before it
 reads further, and a change that removes or retypes a key raises the version. The models list
-what CONTRACT.md promises (required keys) and leave room for more (``extra="allow"``): outputs
+what docs/CONTRACT.md promises (required keys) and leave room for more (``extra="allow"``): outputs
 grow, and a consumer must not break when they do.
 """
 
@@ -32,7 +32,7 @@ class _Out(BaseModel):
 
 class Finding(BaseModel):
     model_config = ConfigDict(extra="allow")
-    code: str = Field(description="A code of SPEC §6, e.g. MTP_NORMS_RAW.")
+    code: str = Field(description="A code of docs/SPEC.md §6, e.g. MTP_NORMS_RAW.")
     severity: Severity
     message: str
     fix: str

@@ -331,7 +331,7 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
 
 def add(options: AddOptions, *, progress: bool = True) -> AddResult | dict[str, Any]:
     """Plan and execute under the folder's lock; a GGUF trunk goes to the GGUF writer (its report
-    is the CONTRACT dict already)."""
+    is the docs/CONTRACT.md dict already)."""
     from .gguf.addmtp import add_mtp_gguf, is_gguf_path
 
     if is_gguf_path(options.target):  # a llama.cpp trunk: the GGUF output format
@@ -361,7 +361,7 @@ def _separate(options: AddOptions) -> bool:
 
 def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
     """Add the source's MTP head to ``target`` (or to a new folder ``output``): the report as
-    the CONTRACT's JSON. Pass an :class:`AddOptions`, or its fields as keywords."""
+    docs/CONTRACT.md's JSON. Pass an :class:`AddOptions`, or its fields as keywords."""
     r = add(options if options is not None else AddOptions.parse(**kw), progress=progress)
     return r.as_dict() if isinstance(r, AddResult) else r
 

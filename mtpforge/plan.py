@@ -134,7 +134,7 @@ class WriteChoice:
 
 def resolve_write(runtime: str | None, layout: str | None, precision: str | int | None, family: str) -> WriteChoice:
     """``--runtime R`` writes R's rule; ``--layout X`` alone, the layout's own rule; neither,
-    the portable default (SPEC §5.1: a sidecar no pinned mlx-lm sees). An explicit
+    the portable default (docs/SPEC.md §5.1: a sidecar no pinned mlx-lm sees). An explicit
     ``--layout`` / ``--precision`` wins over the rule's choice."""
     if runtime is not None:
         row = RUNTIMES[runtime]
@@ -156,7 +156,7 @@ def resolve_write(runtime: str | None, layout: str | None, precision: str | int 
 
 def resolve_experts(experts: str, rule: WriteRule, family: str, source_fmt: str) -> str:
     """Output expert format: ``auto`` keeps the source's format where the rule's runtime loads
-    it, else stacks to switch_mlp (SPEC §5)."""
+    it, else stacks to switch_mlp (docs/SPEC.md §5)."""
     if experts not in ("auto", "source", "switch_mlp"):
         raise InputError(f"--experts must be auto, source or switch_mlp, not {experts!r}", "use --experts auto")
     if source_fmt == "none":

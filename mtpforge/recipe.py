@@ -115,7 +115,7 @@ class Recipe(HeadOptions, _Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
-        # the runtime tables inspect reports from (SPEC §5), so a recipe cannot ask for a pairing
+        # the runtime tables inspect reports from (docs/SPEC.md §5), so a recipe cannot ask for a pairing
         # that inspect would then fail
         from .layouts.table import LAYOUTS
         from .runtimes import RUNTIMES

@@ -1,5 +1,5 @@
 """Typed results of the API calls; the CLI maps ``.ok`` to an exit code and ``as_dict()`` to
-the CONTRACT's JSON (key order kept as the contract's examples show it)."""
+docs/CONTRACT.md's JSON (key order kept as the contract's examples show it)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def verify(
     prog.step(f"decoding {len(encoded)} prompt(s), {max_tokens} tokens each: plain, then MTP at depth {depth} "
               f"with the {' and '.join(variants)}-norm hidden state")
     plain, runs, per_variant = _decode(bb, head, encoded, variants, max_tokens=max_tokens, depth=depth, temp=temp, seed=seed)
-    # the better variant; on a tie post-norm, what vLLM, SGLang and llama.cpp feed (SPEC §3)
+    # the better variant; on a tie post-norm, what vLLM, SGLang and llama.cpp feed (docs/SPEC.md §3)
     best = max(variants, key=lambda v: (per_variant[v]["acceptance"], v == "post"))
     chosen = per_variant[best]
     greedy = temp <= 0.0
@@ -240,7 +240,7 @@ def _divergences(bb: Any, encoded: list[list[int]], texts: list[str], plain: lis
             tie = margin <= tol
             divergences.append({"hidden": v, "prompt": i + 1, "token": d, "logit_margin": margin, "tolerance": tol,
                                 "numerical_tie": tie})
-            # CONTRACT: greedy output must equal plain decoding token for token, so even a near-tie
+            # docs/CONTRACT.md: greedy output must equal plain decoding token for token, so even a near-tie
             # fails; the message says which kind it was so a user on a bf16 GPU path can judge
             if tie:
                 problems.append(

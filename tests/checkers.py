@@ -53,7 +53,7 @@ def source_head(hf: Path) -> dict[str, mx.array]:
     return {k[4:]: v for k, v in load_all(hf).items() if k.startswith("mtp.")}
 
 
-#: the zero-centred norms of a Qwen3 MTP head, spelled out here (SPEC §4) rather than taken from
+#: the zero-centred norms of a Qwen3 MTP head, spelled out here (docs/SPEC.md §4) rather than taken from
 #: the family tables, so this oracle shares no code with what it checks
 _HEAD_NORMS = ("pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight", "norm.weight")
 _LAYER_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",

@@ -1,4 +1,4 @@
-"""inspect finds exactly the defects of SPEC §6, each on a checkpoint built with that defect."""
+"""inspect finds exactly the defects of docs/SPEC.md §6, each on a checkpoint built with that defect."""
 
 from __future__ import annotations
 

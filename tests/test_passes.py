@@ -1,4 +1,4 @@
-"""The passes are pure functions over named tensors: each rule of SPEC §2/§4 as a unit test."""
+"""The passes are pure functions over named tensors: each rule of docs/SPEC.md §2/§4 as a unit test."""
 
 from __future__ import annotations
 

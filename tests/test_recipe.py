@@ -83,7 +83,7 @@ def test_recipes_cover_the_seed_models_and_every_layout() -> None:
         assert lr.recipe.checks.inspect is not None and lr.recipe.checks.inspect.strict, name
         if lr.recipe.layout != "mlx-vlm-drafter":
             assert lr.recipe.checks.verify is not None and lr.recipe.checks.verify.min_acceptance > 0, name
-        if "Next" in lr.source:  # Qwen3-Next has no embedded layout (SPEC §5)
+        if "Next" in lr.source:  # Qwen3-Next has no embedded layout (docs/SPEC.md §5)
             assert lr.recipe.layout in ("sidecar", "vllm-mlx"), name
 
 

@@ -123,7 +123,7 @@ def test_every_runtime_row_cites_what_it_was_checked_against():
         if row.name == "omlx":
             assert row.version_checked is None and "not checked" in row.summary
             continue
-        assert row.version_checked and ("measured" in row.version_checked or "SPEC §5.1" in row.version_checked)
+        assert row.version_checked and ("measured" in row.version_checked or "docs/SPEC.md §5.1" in row.version_checked)
         assert row.output_format.value != "mlx-folder" or row.mlx_lm, row.name
 
 

@@ -181,7 +181,7 @@ def test_norms_are_zero_centred_except_the_gated_norm(variant):
     assert len(gated) == 3
     for k in gated:
         assert abs(t[k].mean().item() - 1.0) < 0.1 and t[k].min().item() > 0
-    # The traps of SPEC §4: raw q/k norms above 0.5, correctly shifted pre_fc norms below it.
+    # The traps of docs/SPEC.md §4: raw q/k norms above 0.5, correctly shifted pre_fc norms below it.
     assert t["mtp.layers.0.self_attn.q_norm.weight"].mean().item() > 0.5
     assert (t["mtp.pre_fc_norm_embedding.weight"] + 1).mean().item() < 0.5
 

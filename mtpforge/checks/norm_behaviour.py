@@ -2,13 +2,13 @@
 
 The folder holds the backbone the head was trained against, so the backbone is the oracle: on a
 short built-in text its distribution of token t+2 (its logits at position t+1) is what a working
-head reproduces from (H[t], x[t+1]). Each norm group (the seven zero-centred kinds of SPEC §4) is
+head reproduces from (H[t], x[t+1]). Each norm group (the seven zero-centred kinds of docs/SPEC.md §4) is
 tried as stored, with -1 and with +1; the offsets that make the head's drafts closest to the
 backbone (mean KL over positions) name the convention per group, so a head whose groups disagree
 is reported ``mixed``. A group is decided only when its best offset beats both others by a paired
 margin that the per-position spread cannot explain, and only when the head beats a draft that
 knows nothing (the backbone's average t+2 distribution): an untrained head explains nothing, so
-its convention stays ``unknown``. No norm value is ever compared with a threshold (SPEC §4).
+its convention stays ``unknown``. No norm value is ever compared with a threshold (docs/SPEC.md §4).
 """
 
 from __future__ import annotations

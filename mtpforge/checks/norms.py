@@ -3,7 +3,7 @@
 Three sources of truth, best first: mtpforge's manifest (checked against the tensors' hashes);
 an exact comparison with the source's raw norms; a conservative comparison with the backbone's
 norms of the same kind, which answers ``unknown`` rather than guess. Never a value threshold
-(SPEC §4).
+(docs/SPEC.md §4).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def compute_dtype_for_device() -> mx.Dtype | None:
     """float32 on the CPU, else ``None`` (keep the stored dtype).
 
     On the CPU build of MLX bf16 matmuls are slow and unquantized expert stacks (``gather_mm``)
-    run only in float32 (SPEC §4). On a GPU the stored half type is the fast one, and casting a
+    run only in float32 (docs/SPEC.md §4). On a GPU the stored half type is the fast one, and casting a
     large unquantized model to float32 would double its memory.
     """
     return mx.float32 if mx.default_device().type == mx.DeviceType.cpu else None
@@ -101,7 +101,7 @@ def _without_mtp(model_class: type) -> type:
 
     Released mlx-lm drops them for Qwen3.5/3.6, but its Qwen3-Next ``sanitize`` returns early on
     a converted model, so a head stored inside ``model*.safetensors`` (the vllm-mlx layout) would
-    reach the strict loader (SPEC §4). The backbone never needs those keys.
+    reach the strict loader (docs/SPEC.md §4). The backbone never needs those keys.
     """
 
     def sanitize(self: Any, weights: dict[str, mx.array]) -> dict[str, mx.array]:

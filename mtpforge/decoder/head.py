@@ -1,4 +1,4 @@
-"""The MTP head as SPEC §3 computes it, built from mlx-lm's own blocks.
+"""The MTP head as docs/SPEC.md §3 computes it, built from mlx-lm's own blocks.
 
 One implementation serves the decoder (``verify``), the trainer of the bundled tiny model and the
 reference checks in tests, so "the head" means exactly one thing in this codebase:
@@ -66,7 +66,7 @@ class MTPHead(nn.Module):
         """Normed head output [B, L, H] for hidden states H[t] and embeddings of x[t+1].
 
         ``layer`` picks which MTP layer runs (released models have one; depth k > 1 re-applies
-        layer 0, SPEC §3). The result goes through the backbone's lm_head for logits.
+        layer 0, docs/SPEC.md §3). The result goes through the backbone's lm_head for logits.
         """
         e = self.pre_fc_norm_embedding(embeddings)
         h = self.pre_fc_norm_hidden(hidden)
@@ -106,7 +106,7 @@ def build_head(
     """A head loaded from canonical tensors (bare keys, MLX norms, ``switch_mlp`` experts).
 
     Unquantized weights are cast to ``compute_dtype``: on the CPU build of MLX bf16 matmuls are
-    slow and unquantized expert stacks (``gather_mm``) run only in float32 (SPEC §4). Quantized
+    slow and unquantized expert stacks (``gather_mm``) run only in float32 (docs/SPEC.md §4). Quantized
     triplets keep their stored form. Loading is strict: a missing or extra tensor is an error.
     """
     n_layers = 1 + max((int(k.split(".")[1]) for k in tensors if k.startswith("layers.")), default=0)

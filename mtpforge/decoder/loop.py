@@ -1,4 +1,4 @@
-"""Plain decoding and MTP speculative decoding on one backbone (SPEC §3).
+"""Plain decoding and MTP speculative decoding on one backbone (docs/SPEC.md §3).
 
 Invariant of :func:`mtp_decode`, between steps: the backbone's caches hold every confirmed token
 except the newest one (``tok``), and the head's KV cache holds one entry per pair
@@ -75,7 +75,7 @@ class Drafter(Protocol):
 
 
 class HeadDrafter:
-    """The MTP head as a drafter, with its own KV cache (SPEC §3)."""
+    """The MTP head as a drafter, with its own KV cache (docs/SPEC.md §3)."""
 
     def __init__(self, bb: Backbone, head: MTPHead) -> None:
         self.bb, self.head = bb, head

@@ -2,7 +2,7 @@
 
 Attention layers keep a KV cache that can simply be trimmed. Gated DeltaNet layers keep a
 recurrent conv/SSM state (``ArraysCache``) that already folded the rejected tokens in and cannot
-be trimmed (SPEC §3): the state is restored from a snapshot taken before the verify pass, and the
+be trimmed (docs/SPEC.md §3): the state is restored from a snapshot taken before the verify pass, and the
 caller re-runs the confirmed tokens. MLX arrays are immutable values and the layers *rebind*
 the cache entries, so a snapshot is just the list of references — no copy.
 """

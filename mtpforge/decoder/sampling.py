@@ -1,4 +1,4 @@
-"""Choosing tokens: greedy, sampled, and the speculative acceptance rule (SPEC §3).
+"""Choosing tokens: greedy, sampled, and the speculative acceptance rule (docs/SPEC.md §3).
 
 Greedy: a draft is accepted iff it is the backbone's argmax. Sampling at temperature T: a draft
 ``d`` drawn from the head's distribution q is accepted with probability min(1, p(d)/q(d)); on
@@ -44,7 +44,7 @@ class Chooser:
         """A draft token [1] from the head's logits [V], and q (None when greedy).
 
         Greedy drafts stay lazy, so drafting and the verify pass run as one graph with a single
-        synchronisation per step (tiny models are overhead-bound on the CPU, SPEC §4).
+        synchronisation per step (tiny models are overhead-bound on the CPU, docs/SPEC.md §4).
         """
         if self.greedy:
             return mx.argmax(logits, keepdims=True).astype(mx.int32), None

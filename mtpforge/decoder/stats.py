@@ -1,4 +1,4 @@
-"""Turning decode runs into the numbers ``verify`` reports (CONTRACT.md ``verify`` keys)."""
+"""Turning decode runs into the numbers ``verify`` reports (docs/CONTRACT.md ``verify`` keys)."""
 
 from __future__ import annotations
 

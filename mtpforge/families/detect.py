@@ -1,4 +1,4 @@
-"""Family detection from config — never from the repo name (SPEC §2)."""
+"""Family detection from config — never from the repo name (docs/SPEC.md §2)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ EXPERT_ROWS = {
         Row(Role.EXPERT_UP, "layers.{i}.mlp.experts.{e}.up_proj.weight", ("IM", "H")),
         Row(Role.EXPERT_DOWN, "layers.{i}.mlp.experts.{e}.down_proj.weight", ("H", "IM")),
     ),
-    # Fused tensors carry no ".weight" suffix in the source (SPEC §2).
+    # Fused tensors carry no ".weight" suffix in the source (docs/SPEC.md §2).
     "fused": (
         Row(Role.EXPERTS_GATE_UP, "layers.{i}.mlp.experts.gate_up_proj", ("E", "2IM", "H")),
         Row(Role.EXPERTS_DOWN, "layers.{i}.mlp.experts.down_proj", ("E", "H", "IM")),

@@ -69,7 +69,7 @@ class FamilySpec:
     mlp_rows: tuple[Row, ...]
     #: expert format -> rows (MoE families only)
     expert_rows: Mapping[str, tuple[Row, ...]]
-    #: roles stored zero-centred in the raw release; MLX adds ``norm_offset`` (SPEC §4)
+    #: roles stored zero-centred in the raw release; MLX adds ``norm_offset`` (docs/SPEC.md §4)
     norm_roles: frozenset[Role]
     norm_offset: float
     #: prefix of the head's keys in a raw Hugging Face checkpoint (stripped to get bare keys)
@@ -100,7 +100,7 @@ class FamilySpec:
         return frozenset(r.key for r in (*self.head_rows, *self.layer_rows) if r.role in self.norm_roles)
 
 
-#: The seven RMSNorm kinds of a Qwen3 MTP head that are zero-centred in the source (SPEC §4).
+#: The seven RMSNorm kinds of a Qwen3 MTP head that are zero-centred in the source (docs/SPEC.md §4).
 QWEN3_NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
     Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM,

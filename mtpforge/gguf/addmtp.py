@@ -1,6 +1,6 @@
 """``add-mtp`` for a GGUF trunk: resolve -> plan -> fetch -> convert -> write -> validate -> commit.
 
-Two outputs (SPEC §5.1):
+Two outputs (docs/SPEC.md §5.1):
 
 - ``gguf-mtp`` (default): an MTP-only GGUF beside the trunk, named as llama.cpp's converter names
   one (``mtp-<name>-<TYPE>.gguf``: llama.cpp's sibling discovery finds it), holding the MTP block

@@ -1,4 +1,4 @@
-"""llama.cpp's names for the MTP head, as data (SPEC §5.1).
+"""llama.cpp's names for the MTP head, as data (docs/SPEC.md §5.1).
 
 llama.cpp stores the MTP layer as one more block after the trunk's: ``blk.{n}`` with ``n`` the
 trunk's layer count, holding the ordinary layer tensors plus four ``nextn.*`` tensors. The rows

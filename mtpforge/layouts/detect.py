@@ -1,4 +1,4 @@
-"""Recognise where (and whether) a folder holds an MTP head, in any layout of SPEC §5."""
+"""Recognise where (and whether) a folder holds an MTP head, in any layout of docs/SPEC.md §5."""
 
 from __future__ import annotations
 

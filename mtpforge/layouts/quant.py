@@ -1,4 +1,4 @@
-"""Module precision on disk vs what the config makes a loader build (SPEC §4).
+"""Module precision on disk vs what the config makes a loader build (docs/SPEC.md §4).
 
 Bits and group size are inferred from shapes — packed uint32 width and scales width against the
 unquantized input dimension the family table gives — so the check does not trust the config it
@@ -65,7 +65,7 @@ def expected_precision(
     config: Mapping[str, Any], runtime_path: str, has_scales: bool
 ) -> dict[str, Any] | None:
     """What the loader builds for a module: a per-path entry wins; else quantized iff
-    ``.scales`` exists, with the default bits (SPEC §4). None means unquantized."""
+    ``.scales`` exists, with the default bits (docs/SPEC.md §4). None means unquantized."""
     entries = per_path_entries(config)
     default = quant_defaults(config)
     if runtime_path in entries:

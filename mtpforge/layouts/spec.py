@@ -15,7 +15,7 @@ from ..families.spec import FamilySpec
 
 
 class LayoutName(str, Enum):
-    """Where add-mtp can put a head (CONTRACT ``--layout``)."""
+    """Where add-mtp can put a head (docs/CONTRACT.md ``--layout``)."""
 
     EMBEDDED = "embedded"
     SIDECAR = "sidecar"
@@ -47,7 +47,7 @@ class Placement:
 
     def module_path(self, bare_module: str) -> str:
         """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its
-        loader looks up in ``config["quantization"]`` (SPEC §4: paths after sanitize)."""
+        loader looks up in ``config["quantization"]`` (docs/SPEC.md §4: paths after sanitize)."""
         return self.module_prefix + bare_module
 
 

@@ -1,4 +1,4 @@
-"""The layouts (SPEC §5) by name, and the file names other modules need."""
+"""The layouts (docs/SPEC.md §5) by name, and the file names other modules need."""
 
 from __future__ import annotations
 

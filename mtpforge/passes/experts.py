@@ -2,7 +2,7 @@
 
 Everything here works one expert at a time, because a stacked tensor [E, ...] is contiguous per
 expert: the writer can place each expert's slice straight into the output file and never hold a
-whole multi-GB stack (SPEC §4).
+whole multi-GB stack (docs/SPEC.md §4).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _SWITCH = re.compile(r"^(layers\.\d+\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_
 
 def fused_rows(proj: str, rows: int) -> tuple[int, int]:
     """[start, end) rows of ``proj`` inside one expert's fused ``gate_up_proj`` slab of ``rows``
-    rows: gate first, then up, on axis -2 (SPEC §2)."""
+    rows: gate first, then up, on axis -2 (docs/SPEC.md §2)."""
     half = rows // 2
     return (half, rows) if proj == "up_proj" else (0, half)
 

@@ -2,7 +2,7 @@
 
 Applied by provenance (a raw Hugging Face source), never by looking at values: raw q_norm/k_norm
 sit near 0.75 and correctly shifted pre_fc norms can sit near 0.3, so any value threshold is
-wrong for some tensor (SPEC §4).
+wrong for some tensor (docs/SPEC.md §4).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How runtimes re-decide a head's RMSNorm convention from the values (``NormRule``): given the
-mean of every stored norm, the keys the runtime adds +1 to. SPEC §4 says never to decide from
+mean of every stored norm, the keys the runtime adds +1 to. docs/SPEC.md §4 says never to decide from
 values; these rules describe runtimes that do, so ``inspect --runtime`` can warn when a
 correctly shifted head is shifted a second time."""
 

@@ -4,7 +4,7 @@ writes a head for it.
 
 ``add-mtp --runtime``, ``inspect --runtime`` and recipes read the same rows. A runtime whose
 output is not an MLX folder (llama.cpp: GGUF) sets ``output_format``. Facts measured with the
-runtime's own released code say so in ``version_checked``; the rest cite SPEC §5.1.
+runtime's own released code say so in ``version_checked``; the rest cite docs/SPEC.md §5.1.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ NormRule = Callable[[Mapping[str, float]], list[str]]
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    """One runtime (CONTRACT ``--runtime``)."""
+    """One runtime (docs/CONTRACT.md ``--runtime``)."""
 
     name: str
     summary: str

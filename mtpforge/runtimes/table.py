@@ -1,10 +1,10 @@
-"""The runtimes mtpforge writes for and checks against (SPEC §5, §5.1), one row each, and the
+"""The runtimes mtpforge writes for and checks against (docs/SPEC.md §5, §5.1), one row each, and the
 write rules of plain ``add-mtp`` and of ``--layout`` alone.
 
 A new runtime is a new row here (and, if it needs one, a layout in ``layouts/`` or an output
 format); ``add-mtp --runtime``, ``inspect --runtime`` and recipes pick it up from this table.
 Rows whose ``version_checked`` says "measured" are held to the runtime's released code by
-``tests/conformance``; the others carry SPEC §5.1's measurements of pull-request code that
+``tests/conformance``; the others carry docs/SPEC.md §5.1's measurements of pull-request code that
 cannot be installed here.
 """
 
@@ -19,7 +19,7 @@ DEFAULT = QuantRule(default_quant)
 SOURCE_EXPERTS = ("per-expert", "fused")
 ALL_EXPERTS = ("switch_mlp", "fused", "per-expert")
 #: mlx-lm releases whose qwen3_5 sanitize adds +1 to every backbone norm once an ``mtp.`` key
-#: reaches it (SPEC §4)
+#: reaches it (docs/SPEC.md §4)
 DOUBLE_SHIFT = ((0, 30, 7), (0, 31, 3))
 MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 
@@ -58,9 +58,9 @@ MLX_LM = RuntimeSpec(
 MLX_LM_MTP = RuntimeSpec(
     "mlx-lm-mtp", "mlx-lm's MTP branch (#990)", _990,
     layouts=("embedded",), expert_formats=SOURCE_EXPERTS, quantized_experts=False,
-    no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (SPEC §5: the embedded layout is for Qwen3.5/3.6)"},
+    no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (docs/SPEC.md §5: the embedded layout is for Qwen3.5/3.6)"},
     mlx_lm="its own mlx-lm branch",
-    version_checked="mlx-lm #990 (PR head, Aug 2026): SPEC §5.1, not installable here",
+    version_checked="mlx-lm #990 (PR head, Aug 2026): docs/SPEC.md §5.1, not installable here",
 )
 MTPLX = RuntimeSpec(
     "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant)),
@@ -86,7 +86,7 @@ VLLM_MLX = RuntimeSpec(
     vl_route_keys=("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "image_token_id",
                    "image_token_index", "audio_token_id", "audio_token_index"),
     mlx_lm="mlx-lm 0.31.3 (it pins >=0.31.3,<0.32)", mlx_lm_range=((0, 31, 3), (0, 31, 99)),
-    loop_cost="vllm-mlx drafts without the head's KV cache (SPEC §5.1: about -20 points)",
+    loop_cost="vllm-mlx drafts without the head's KV cache (docs/SPEC.md §5.1: about -20 points)",
     version_checked="vllm-mlx 0.6.0 (PyPI): measured by tests/conformance",
 )
 EXO = RuntimeSpec(
@@ -95,19 +95,19 @@ EXO = RuntimeSpec(
     layouts=("sidecar", "embedded"), layouts_by_family={"qwen3_next": ("sidecar", "vllm-mlx")},
     expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
     mlx_lm="a fork of mlx-lm 0.31.3", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
-    loop_cost="exo skips head-cache entries of accepted drafts (SPEC §5.1: -6 to -16 points)",
-    version_checked="exo #2110 (PR head 2c33a38f, May 2026): SPEC §5.1, not installable here",
+    loop_cost="exo skips head-cache entries of accepted drafts (docs/SPEC.md §5.1: -6 to -16 points)",
+    version_checked="exo #2110 (PR head 2c33a38f, May 2026): docs/SPEC.md §5.1, not installable here",
 )
 MLX_VLM = RuntimeSpec(
     "mlx-vlm", "mlx-vlm --draft-kind mtp", _DRAFTER, layouts=("mlx-vlm-drafter",), expert_formats=ALL_EXPERTS,
     mlx_lm="none (its own model code)",
     no_mtp={"qwen3_next": "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists "
                           "qwen3_5_mtp, no qwen3_next_mtp)"},
-    loop_cost="mlx-vlm primes the head from the last prompt position only (SPEC §5.1)",
+    loop_cost="mlx-vlm primes the head from the last prompt position only (docs/SPEC.md §5.1)",
     version_checked="mlx-vlm 0.7.10 (PyPI): measured by tests/conformance",
 )
 OMLX = RuntimeSpec(
-    "omlx", "oMLX (not checked against a release: SPEC §5 facts only)",
+    "omlx", "oMLX (not checked against a release: docs/SPEC.md §5 facts only)",
     WriteRule("embedded", QuantRule(default_quant)),
     layouts=("embedded",), expert_formats=("switch_mlp",) + SOURCE_EXPERTS,
     no_mtp={"qwen3_next": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6"},

@@ -3,7 +3,7 @@
 Because every output shape is planned in advance, the header (and so every tensor's offset) is
 fixed up front; data then arrives in any order — one expert slice of a stack at a time, the
 quantized triplet of a slice into three places — and is written at its offset. Peak memory is
-one slice, whatever the head's size (SPEC §4).
+one slice, whatever the head's size (docs/SPEC.md §4).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the real runtimes were measured to do with each folder ``add-mtp`` writes (this suite's
-own measurements; SPEC §5.1 has the same facts from the original survey).
+own measurements; docs/SPEC.md §5.1 has the same facts from the original survey).
 
 The tests hold the runtimes to these tables: a cell listed here must keep failing exactly so
 (a runtime upgrade that fixes it makes the test fail until the row is removed), every other cell

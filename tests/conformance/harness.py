@@ -35,13 +35,13 @@ FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
 PRECISIONS = ("default", "bf16")
 MAX_TOKENS = 48
 
-#: runtimes that cannot be installed here, with what was measured of them elsewhere (SPEC §5.1)
+#: runtimes that cannot be installed here, with what was measured of them elsewhere (docs/SPEC.md §5.1)
 NOT_INSTALLABLE: dict[str, str] = {
     "mlx-lm-mtp": "mlx-lm #990 is pull-request code, not on PyPI, and its repository is unreachable from "
-                  "here. SPEC §5.1: loads the embedded layout (model*.safetensors glob); MoE experts only "
+                  "here. docs/SPEC.md §5.1: loads the embedded layout (model*.safetensors glob); MoE experts only "
                   "in the source layout, unquantized; 75-97% acceptance, identical output.",
     "exo": "exo #2110 (PR head 2c33a38f) is not on PyPI, and its repository is unreachable from here. "
-           "SPEC §5.1: probes mtp_file, index language_model.mtp.*, index mtp.*, bare mtp.safetensors "
+           "docs/SPEC.md §5.1: probes mtp_file, index language_model.mtp.*, index mtp.*, bare mtp.safetensors "
            "(never mtp/weights.safetensors); experts switch_mlp only; one precision for the whole head; "
            "pins a 0.31.3 mlx-lm fork (embedded heads corrupt its backbone); mean<0.5 norm rule.",
 }

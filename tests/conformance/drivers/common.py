@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-#: the seven norm kinds of an MTP head (SPEC §4); checked for value equality after loading
+#: the seven norm kinds of an MTP head (docs/SPEC.md §4); checked for value equality after loading
 NORM_SUFFIXES = (
     "pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight", "norm.weight",
     "input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight",

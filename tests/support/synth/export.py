@@ -1,7 +1,7 @@
 """Export a trained mlx-lm Qwen3.5 model and its MTP head in the Hugging Face layout of the releases.
 
-The bundled model must look to every tool exactly like a real Qwen3.5 / Qwen3.6 checkpoint (SPEC
-§2), because it is the source the demo and the tests feed to ``mlx_lm.convert`` and ``add-mtp``.
+The bundled model must look to every tool exactly like a real Qwen3.5 / Qwen3.6 checkpoint
+(docs/SPEC.md §2), because it is the source the demo and the tests feed to ``mlx_lm.convert`` and ``add-mtp``.
 So this undoes what mlx-lm's ``sanitize`` does on load, tensor by tensor:
 
 - ``language_model.model.*`` -> ``model.language_model.*``, ``language_model.lm_head`` -> ``lm_head``;

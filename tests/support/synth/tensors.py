@@ -1,4 +1,4 @@
-"""Random weights under the real Hugging Face names and shapes (SPEC §2), as pure data.
+"""Random weights under the real Hugging Face names and shapes (docs/SPEC.md §2), as pure data.
 
 Every tensor draws from its own key, derived from (seed, name), so a tensor's values do not
 depend on which other tensors exist: changing the expert layout or the number of MTP layers
@@ -18,7 +18,7 @@ from .config import text_config, variant_of
 Spec = tuple[tuple[int, ...], str, float, float]  # shape, kind, loc, scale
 
 #: Zero-centred RMSNorm weights (applied as x̂·(1+w)). Per kind, the means mimic the releases so
-#: that value heuristics fail here as they do in the wild (SPEC §4): raw q_norm/k_norm sit high
+#: that value heuristics fail here as they do in the wild (docs/SPEC.md §4): raw q_norm/k_norm sit high
 #: (a "mean < 0.5 means raw" rule calls them shifted) and raw pre_fc_norm_* sit low enough that,
 #: correctly shifted, they stay below 0.5.
 _NORM_LOC_SCALE = {
@@ -187,7 +187,7 @@ def _mlp(p: str, tc: dict[str, Any], layer: int | None, expert_format: str) -> d
         p + "shared_expert_gate.weight": _linear(1, h),
     }
     if expert_format == "fused":
-        # No ".weight" suffix on fused expert stacks; gate rows first, then up (SPEC §2).
+        # No ".weight" suffix on fused expert stacks; gate rows first, then up (docs/SPEC.md §2).
         s[p + "experts.gate_up_proj"] = ((n_exp, 2 * im, h), "linear", 0.0, 1.0 / math.sqrt(h))
         s[p + "experts.down_proj"] = ((n_exp, h, im), "linear", 0.0, 0.5 / math.sqrt(im))
     elif expert_format == "per-expert":

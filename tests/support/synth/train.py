@@ -8,9 +8,9 @@ with mlx and mlx-lm's own ``qwen3_5`` / ``qwen3_5_moe`` model classes in float32
 2. the backbone on next-token prediction (both layer kinds: Gated DeltaNet and gated attention);
 3. the MTP head (``decoder.head.MTPHead``, the codebase's one head) with the backbone frozen, on
    token t+2: distillation on the backbone's own t+2 distribution (its logits at t+1), which
-   measured ~10 points better than plain cross-entropy (SPEC §4), plus a little cross-entropy on
+   measured ~10 points better than plain cross-entropy (docs/SPEC.md §4), plus a little cross-entropy on
    the data. The head sees the post-norm and the pre-norm hidden state in turn, so both variants
-   a runtime may feed (SPEC §3) draft well.
+   a runtime may feed (docs/SPEC.md §3) draft well.
 
 Float32 throughout: on the CPU build unquantized expert stacks (``gather_mm``) run only in float32.
 Export to the Hugging Face layout lives in ``export.py``.

@@ -24,7 +24,7 @@ from .train import draft_acceptance, greedy
 
 
 def load_backbone(folder: str | Path) -> nn.Module:
-    """mlx-lm's model for ``folder``, computing in float32 as a CPU decoder does (SPEC §4)."""
+    """mlx-lm's model for ``folder``, computing in float32 as a CPU decoder does (docs/SPEC.md §4)."""
     from mlx_lm.utils import load_model
 
     model, _ = load_model(Path(folder))
