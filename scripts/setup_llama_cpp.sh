@@ -29,12 +29,18 @@ fetch_tree() {
     mkdir -p "$CACHE"
     local tmp
     tmp=$(mktemp -d "$CACHE/.llama-sdist.XXXXXX")
-    trap 'rm -rf "$tmp"' RETURN
+    # no RETURN trap: bash keeps it set after this function returns and fires it, with $tmp
+    # unbound, when the next function returns (set -u then ends the script)
     log "downloading the llama-cpp-python==$VERSION sdist"
-    "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$tmp"
-    tar -xzf "$tmp"/llama_cpp_python-"$VERSION".tar.gz -C "$tmp"
+    if ! "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$tmp" ||
+        ! tar -xzf "$tmp"/llama_cpp_python-"$VERSION".tar.gz -C "$tmp"; then
+        rm -rf "$tmp"
+        log "could not download or unpack the llama-cpp-python==$VERSION sdist"
+        return 1
+    fi
     rm -rf "$SRC"
     mv "$tmp/llama_cpp_python-$VERSION" "$SRC"
+    rm -rf "$tmp"
 }
 
 cmake_tools() {
