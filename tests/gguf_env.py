@@ -3,8 +3,8 @@ scripts/setup_llama_cpp.sh into the cache outside the repo.
 
 Official GGUFs (llama.cpp's converter on the bundled models) and quantized trunks are cached in
 ``$MTPFORGE_CACHE/gguf-official/<hash of the model folder and the tree>/`` so the suite converts
-each once. Tests skip, naming the reason, only where no C++ toolchain exists; a machine that has
-one but lacks the build fails, saying how to make it.
+each once. Where llama.cpp is not built, the tests skip (fail under MTPFORGE_CI), naming the
+command that builds it (tests/external.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests import external
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "mtpforge" / "data"
@@ -26,22 +26,14 @@ VERSION = "0.3.36"
 TREE = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 BIN = TREE / "build" / "bin"
 TOOLS_PY = CACHE / "tools-llama-cpp" / "bin" / "python"
-SETUP = "bash scripts/setup_llama_cpp.sh"
-
-
-def _toolchain() -> bool:
-    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
 def need(what: str) -> None:
-    """Skip without a C++ toolchain; fail (with the fix) when one exists but the part is missing."""
+    """Skip (fail under MTPFORGE_CI) unless llama.cpp's ``server`` binaries or its ``converter``
+    virtualenv are built."""
     ok = {"server": (BIN / "llama-server").is_file() and (BIN / "llama-quantize").is_file(),
           "converter": TOOLS_PY.is_file() and (TREE / "convert_hf_to_gguf.py").is_file()}[what]
-    if ok:
-        return
-    if not _toolchain():
-        pytest.skip("no C++ toolchain on this machine: llama.cpp cannot be built, the GGUF tests do not apply")
-    pytest.fail(f"llama.cpp's {what} is missing under {CACHE}: run `{SETUP}` first (CI's .ci/run does)")
+    external.require("llama.cpp", ok, f"its {what} is missing under {CACHE}")
 
 
 def _model_hash(folder: Path) -> str:

@@ -244,11 +244,13 @@ def test_each_known_conversion_bug_lowers_acceptance(converted, kind: str, tmp_p
         assert bad["acceptance"] <= good * (1 - least_fall), (name, bad["acceptance"], good)
 
 
-@pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
+@pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense"))])
 def test_a_double_shift_lowers_acceptance_measurably(converted, kind: str, tmp_path: Path) -> None:
     """+2 instead of +1 only rescales what the next layer sees, and a tiny model absorbs most of
     that: the fall is 1.5-2 points (88.2% -> 86.8% dense, 85.7% -> 83.9% MoE), below the noise
-    of a dozen prompts, so this measures on 48 held-out documents."""
+    of a dozen prompts, so this measures on 48 held-out documents. The dense model only: the
+    mutation touches the seven norm kinds, which the MoE head has alike (its experts are not
+    involved), and the MoE run cost 40 s of the suite for the same verdict."""
     target = converted(kind)
     docs = default_corpus(200, seed=424242)
     prompts = list(DEFAULT_PROMPTS) + [docs[i] + "\n" + docs[i + 1][: max(4, len(docs[i + 1]) // 3)] for i in range(0, 96, 2)]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mtpforge.pipeline import add_mtp
+from tests import external
 from mtpforge.report_page import POSITION_COLOUR, PROMPT_COLOUR
 from mtpforge.community import convert_to_mlx
 
@@ -25,13 +26,9 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if path := shutil.which(name):
-            return path
-    why = "chromium is not installed (.ci/run installs it: apt-get install -y chromium)"
-    if os.environ.get("MTPFORGE_CI"):  # CI must render the page: a missing browser fails there
-        pytest.fail(why)
-    pytest.skip(why)
+    path = next(filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser"))), None)
+    external.require("chromium", path is not None)
+    return str(path)
 
 
 def browser(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

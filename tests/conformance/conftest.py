@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
+from tests import external
 from tests.conformance import harness as H
 
 _T0 = time.monotonic()
@@ -40,32 +41,21 @@ def bare_cache() -> dict:
 
 @pytest.fixture(scope="session")
 def runtime_ready() -> Callable[[str], None]:
-    """``runtime_ready(name)``: the runtime's venv, built when absent (once; cached outside the
-    repo); skips with the build's own error only when it cannot be built here."""
-    failed: dict[str, str] = {}
+    """``runtime_ready(name)``: skip (fail under MTPFORGE_CI) unless the runtime's virtualenv is
+    built; the suite never builds one itself (``python scripts/setup_runtimes.py`` does)."""
 
     def ready(name: str) -> None:
-        if H.setup_runtimes.is_ready(name):
-            return
-        if name not in failed:
-            try:
-                H.setup_runtimes.build(name, log=lambda m: None)
-            except Exception as e:  # the build's failure is the skip reason
-                failed[name] = f"{type(e).__name__}: {e}"
-        if name in failed:
-            pytest.skip(f"runtime venv {H.setup_runtimes.venv_dir(name)} is absent and cannot be built: {failed[name]}")
+        external.require(name, H.setup_runtimes.is_ready(name), f"no virtualenv at {H.setup_runtimes.venv_dir(name)}")
 
     return ready
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_sessionfinish(session: Any) -> None:
+    """The process that ran the cells writes the matrix; the run's summary (tests/conftest.py,
+    the only conftest a pytest-xdist controller loads) prints it from there."""
     if not H.RESULTS:
         return
-    seconds = time.monotonic() - _T0
-    for line in H.matrix_lines(H.RESULTS, seconds):
-        terminalreporter.write_line(line)
-    out = Path(os.environ.get("MTPFORGE_CONFORMANCE_JSON") or H.REPO / "build" / "conformance-matrix.json")
+    out = H.matrix_path()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"seconds": round(seconds, 1), "cells": H.RESULTS,
+    out.write_text(json.dumps({"seconds": round(time.monotonic() - _T0, 1), "cells": H.RESULTS,
                                "not_installable": H.NOT_INSTALLABLE}, indent=1, default=str))
-    terminalreporter.write_line(f"matrix written to {out}")

@@ -71,3 +71,20 @@ VARIANTS: dict[str, tuple[str, str, tuple[str, ...], str | None, str]] = {
     "mlx-lm-dense-embedded": ("mlx-lm", "dense", ("--layout", "embedded"), None, "works"),
     "mlx-lm-next-in-model-files": ("mlx-lm", "next", ("--layout", "vllm-mlx"), None, "fails"),
 }
+
+#: how each driver runs its runtime (the lane a user of that runtime takes), what its acceptance
+#: counts, and why that count differs from ``mtpforge verify``'s on the same head, prompts and
+#: tokens (verify: the reference loop, head KV cache prefilled over the prompt, every draft kept)
+LANES: dict[str, str] = {
+    "mtplx": "lane of `mtplx run` (generate_mtpk, depth 1, post-norm hidden, persistent head cache, committed "
+             "history; batched verification: its capture_commit path diverges from its own plain output on "
+             "the CPU); count: accepted_drafts/drafted_tokens, what `mtplx run` prints; within about a point "
+             "of verify's",
+    "vllm-mlx": "lane of `vllm-mlx serve` (BatchedEngine MLLM route for Qwen3.5/3.6, Scheduler for Qwen3-Next); "
+                "count: the engine's mtp stats accepted/attempted, what its /v1/status reports; below verify's: "
+                "it drafts without the head's own KV cache",
+    "mlx-vlm": "lane of `mlx_vlm.generate --draft-kind mtp` (stream_generate with the drafter); count: "
+               "sum(accept_lens)/sum(draft_lens), what it prints; differs from verify's: the head is primed "
+               "from the prompt by its own prefill and verification runs in the model's dtype",
+    "mlx-lm": "released mlx-lm reads no head: its row checks only that the backbone is unchanged",
+}

@@ -24,7 +24,7 @@ DRIVERS = Path(__file__).resolve().parent / "drivers"
 sys.path.insert(0, str(REPO / "scripts"))
 import setup_runtimes  # noqa: E402  (a script, not a package: standard library only)
 
-from tests.conformance.facts import HEADLESS  # noqa: E402
+from tests.conformance.facts import HEADLESS, LANES, UNSUPPORTED, VARIANTS  # noqa: E402
 
 DATA = REPO / "mtpforge" / "data"
 FAMILIES = ("dense", "moe", "next")
@@ -33,7 +33,8 @@ FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained
 #: the synthetic variant each fixture family is built from
 FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
 PRECISIONS = ("default", "bf16")
-MAX_TOKENS = 48
+#: verify's default, so the runtimes' acceptance and verify's count the same prompts and tokens
+MAX_TOKENS = 64
 
 #: runtimes that cannot be installed here, with what was measured of them elsewhere (docs/SPEC.md §5.1)
 NOT_INSTALLABLE: dict[str, str] = {
@@ -305,14 +306,43 @@ def cell_text(row: dict[str, Any]) -> str:
     return f"{head}, runtime {a:.1%}" + (f" (verify {v:.1%})" if v is not None else "") + tail
 
 
+def expected_verdict(row: dict[str, Any]) -> str:
+    """What the suite's tables say this cell does: a hand-broken variant's measured verdict, a
+    family the runtime does not support fails, every other cell works."""
+    if row.get("kind") == "variant" and row["cell"] in VARIANTS:
+        return VARIANTS[row["cell"]][-1]
+    if row.get("kind") == "runtime" and (row["runtime"], row["family"]) in UNSUPPORTED:
+        return "fails"
+    return "works"
+
+
 def matrix_lines(rows: list[dict[str, Any]], seconds: float) -> list[str]:
+    """The printed matrix. A cell meant to fail or cost acceptance (a hand-broken variant, a family
+    the runtime lacks) that does so reads "expected:", so only a surprise reads as a failure."""
     lines = [f"runtime conformance matrix ({len(rows)} cells, {seconds:.0f} s)",
              f"{'cell':34} {'add-mtp':46} result"]
     for r in rows:
-        lines.append(f"{r['cell']:34} {r['add_mtp'][:46]:46} {cell_text(r)}")
+        want = expected_verdict(r)
+        mark = f"expected ({want}): " if want != "works" and r.get("verdict") == want else ""
+        lines.append(f"{r['cell']:34} {r['add_mtp'][:46]:46} {mark}{cell_text(r)}")
+    for rt, lane in LANES.items():
+        lines.append(f"{rt:34} {'(lane)':46} {lane}")
     for rt, facts in NOT_INSTALLABLE.items():
         lines.append(f"{rt:34} {'(all)':46} not installable here: {facts}")
     return lines
+
+
+def matrix_path() -> Path:
+    return Path(os.environ.get("MTPFORGE_CONFORMANCE_JSON") or REPO / "build" / "conformance-matrix.json")
+
+
+def matrix_summary(since: float) -> list[str]:
+    """The matrix lines of the cells this run decoded (the JSON a process wrote after ``since``)."""
+    out = matrix_path()
+    if not out.is_file() or out.stat().st_mtime < since:
+        return []
+    data = json.loads(out.read_text())
+    return [*matrix_lines(data["cells"], data["seconds"]), f"matrix written to {out}"]
 
 
 def _write_all(models: Models, cells: list[Cell], work: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]],

@@ -30,6 +30,9 @@ from tests.conformance import harness as H
 from tests.conformance.facts import MEASURED, NUMERICS, UNSUPPORTED, VARIANTS
 from tests.conformance.harness import Cell
 
+#: one worker runs every cell: a (runtime, family) group's driver run serves all of its cells
+pytestmark = pytest.mark.xdist_group("conformance")
+
 #: (runtime, family) -> every cell of that group (one driver run serves them all)
 GROUPS: dict[tuple[str, str], list[Cell]] = {}
 for _rt in MEASURED:
