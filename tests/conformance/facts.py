@@ -89,7 +89,8 @@ LANES: dict[str, str] = {
                 "count: the engine's mtp stats accepted/attempted, what its /v1/status reports; below verify's: "
                 "it drafts without the head's own KV cache",
     "mlx-vlm": "lane of `mlx_vlm.generate --draft-kind mtp` (stream_generate on the prompt's token ids with the "
-               "drafter); count: sum(accept_lens)/sum(draft_lens), what it prints; below verify's: it primes "
-               "the head from the last prompt position only",
+               "drafter, as its CLI's generate() does); count: sum(accept_lens)/sum(draft_lens), what it prints; "
+               "about 20 points below verify's, not explained yet: 0.7.10 prefills the head over the prompt "
+               "(prefill_from_target_hidden), so the older last-position priming is not the cause",
     "mlx-lm": "released mlx-lm reads no head: its row checks only that the backbone is unchanged",
 }
