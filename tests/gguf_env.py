@@ -109,6 +109,8 @@ def mtpforge(*args: str, env: dict[str, str] | None = None, timeout: float = 600
 # ----------------------------------------------------------------------------- llama-server
 
 MAX_TOKENS = 64
+#: every test that starts llama-server or its converter runs on one pytest-xdist worker, one at a time
+XDIST_GROUP = "llama.cpp"
 
 
 def prompts() -> list[str]:
@@ -126,7 +128,9 @@ def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: li
     llama.cpp's own draft counters, summed over the prompts."""
     from mtpforge.gguf.server import decode_all, llama_server
 
-    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp) as srv:
+    # one thread: ggml's thread pool spins, and two spinning pools (or one beside the MLX tests of
+    # another pytest-xdist worker) on two cores made these runs ~6x slower than alone
+    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp, threads=1) as srv:
         outs = decode_all(srv, texts or prompts(), MAX_TOKENS)
     d, a = sum(c.drafted for c in outs), sum(c.accepted for c in outs)
     return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}

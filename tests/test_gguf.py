@@ -20,9 +20,11 @@ from mtpforge.gguf.gguffile import KV, read_local, tensor_array
 from mtpforge.gguf.names import block_of
 from mtpforge.gguf.write import OutTensor, copy_chunks, write_gguf
 from tests.support.synth import build_hf_variant
-from tests.gguf_env import MODELS, mtpforge, official, sha256, trunk_copy
+from tests.gguf_env import XDIST_GROUP, MODELS, mtpforge, official, sha256, trunk_copy
 
 KINDS = ("dense", "moe")
+
+pytestmark = pytest.mark.xdist_group(XDIST_GROUP)
 
 
 def _add(trunk: Path, source: Path | str, *extra: str, env: dict[str, str] | None = None) -> dict:

@@ -18,9 +18,11 @@ import pytest
 
 from tests.support.synth import build_hf_variant
 from mtpforge.verify import DEFAULT_PROMPTS
-from tests.gguf_env import BIN, CACHE, MODELS, graft, measure, mtpforge, need, official, sha256, trunk_copy
+from tests.gguf_env import XDIST_GROUP, BIN, CACHE, MODELS, graft, measure, mtpforge, need, official, sha256, trunk_copy
 
 RESULTS = CACHE / "gguf-acceptance.json"
+
+pytestmark = pytest.mark.xdist_group(XDIST_GROUP)
 
 
 @pytest.fixture(autouse=True)
