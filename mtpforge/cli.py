@@ -22,12 +22,32 @@ from .errors import InputError, MtpforgeError
 from .output_schema import OUTPUT_NAMES
 from .runtimes import RUNTIME_NAMES
 
+# Plain click help (rich_markup_mode=None): rich's panels cut flag names and split choice lists
+# mid-word at 80 columns; click keeps a flag and its choices whole and wraps only the prose.
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Put the multi-token-prediction head back into MLX checkpoints, correctly, and prove it.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"mtpforge {version('mtpforge')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print mtpforge's version and exit."),
+) -> None:
+    """Put the multi-token-prediction head back into MLX checkpoints, correctly, and prove it."""
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object on stdout; human output goes to stderr.")
 DebugOpt = typer.Option(False, "--debug", help="Show tracebacks.")
@@ -40,7 +60,7 @@ class OutputFormat(str, Enum):
 
 
 FormatOpt = typer.Option(
-    OutputFormat.text, "--format", case_sensitive=False,
+    OutputFormat.text, "--format", case_sensitive=False, metavar="text|json|github",
     help="text | json (= --json) | github (workflow-command annotations on stdout, the report on stderr).")
 
 
@@ -372,7 +392,7 @@ SchemaName = Enum("SchemaName", {n: n for n in ("recipe", *OUTPUT_NAMES)}, type=
 @app.command("schema")
 def schema_cmd(
     output: Optional[SchemaName] = typer.Option(  # type: ignore[valid-type]
-        None, "--output", case_sensitive=False,
+        None, "--output", case_sensitive=False, metavar="|".join(("recipe", *OUTPUT_NAMES)),
         help="Whose JSON Schema: recipe (the recipe file, the default) or a command's versioned --json output."),
 ) -> None:
     """Print a JSON Schema: the recipe format, or a command's versioned --json output."""
@@ -435,6 +455,28 @@ def env_cmd(as_json: bool = JsonOpt) -> None:
             typer.echo(f"{k}: {v}")
 
 
+def _plain_metavars(cmd: Any) -> Any:
+    """Metavars a person would write: ``TARGET`` for an argument (typer's usage line reads
+    ``{target}``) and the option's name for a value (typer's read ``<str>``, ``<int range>``);
+    choices are written out where the option is declared; flags without a value keep none. Applied to the whole command tree;
+    duck-typed because typer vendors its own click from 0.2x on."""
+    for param in getattr(cmd, "params", []):
+        kind = getattr(param, "param_type_name", "")
+        name = (param.name or "").upper()
+        if kind == "argument":
+            param.metavar = name
+            if hasattr(param, "_usage_display_name"):  # typer's braces around a required argument
+                param._usage_display_name = lambda name=name, p=param: name if p.required else f"[{name}]"
+            if hasattr(param, "display_type_rich"):  # and its "<str>" after the name
+                param.display_type_rich = lambda ctx=None: None
+        elif kind == "option" and not getattr(param, "is_flag", False):
+            if param.metavar is None or param.metavar.startswith("<"):
+                param.metavar = name
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_metavars(sub)
+    return cmd
+
+
 def main() -> None:
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 file name must print, not crash the report
         try:
@@ -442,7 +484,7 @@ def main() -> None:
         except (AttributeError, ValueError):
             pass
     try:
-        app()
+        _plain_metavars(typer.main.get_command(app))(prog_name="mtpforge")
     except KeyboardInterrupt:  # between typer's start and run_command, or after its output
         _print_error(_interrupted(), "--json" in sys.argv)
         sys.exit(130)
