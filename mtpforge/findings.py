@@ -33,6 +33,8 @@ CODES: dict[str, str] = {
     "EOS_PAD_INCONSISTENT": WARNING,
     "CHAT_TEMPLATE_MISSING": WARNING,
     # informational notes that are not defects
+    # an original Hugging Face checkpoint: a source for add-mtp, not an MLX folder
+    "HF_SOURCE_CHECKPOINT": INFO,
     "NORM_CONVENTION_UNKNOWN": INFO,
     # some norm groups undecided (no source; the drafts do not depend on them measurably)
     "NORM_CONVENTION_PARTIAL": INFO,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -28,11 +29,15 @@ def render_findings(findings: list[dict[str, Any]], console: Console) -> None:
     t = Table(show_header=True, header_style="bold", expand=False)
     t.add_column("severity")
     t.add_column("code")
-    t.add_column("what is wrong / how to fix it", overflow="fold")
+    t.add_column("what is wrong", overflow="fold")
     for f in findings:
         sev = f["severity"]
-        t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], f"{f['message']}\n[dim]fix:[/dim] {f['fix']}")
+        t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], f["message"])
     console.print(t)
+    # fixes below the table, one line each and never wrapped by rich, so a command copies whole
+    for f in findings:
+        if f.get("fix"):
+            console.print(f"[dim]fix ({f['code']}):[/dim] {escape(f['fix'])}", soft_wrap=True, highlight=False)
 
 
 def render_inspect(r: dict[str, Any], console: Console) -> None:
@@ -165,8 +170,10 @@ def render_run(r: dict[str, Any], console: Console) -> None:
 def render_demo(r: dict[str, Any], console: Console) -> None:
     """The demo narrates as it goes; only the verdict is left to say."""
     style = "bold green" if r.get("ok") else "bold red"
+    acc = r.get("acceptance")
+    acc_text = f"{acc:.1%}" if isinstance(acc, (int, float)) else str(acc)
     console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before {r.get('before')}, "
-                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {r.get('acceptance')}")
+                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {acc_text}")
 
 
 def render_repair(r: dict[str, Any], console: Console) -> None:

@@ -245,3 +245,23 @@ def test_cli_json_and_exit_codes(make_target, tmp_path):
     p = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(tmp_path / "empty"), "--json"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and json.loads(p.stdout)["error"]["code"] == "BAD_INPUT"
+
+
+def test_an_original_hugging_face_checkpoint_is_a_source_not_a_broken_folder() -> None:
+    """The folder a user passes as --source: its zero-centred norms are its convention, and the
+    one finding says what to run with it, as a command that copies whole at 80 columns."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "mtpforge" / "data" / "tiny-qwen3_5"
+    r = inspect_checkpoint(str(src))
+    assert r["layout"] == "hf" and r["norm_convention"] == "raw"
+    assert [(f["code"], f["severity"]) for f in r["findings"]] == [("HF_SOURCE_CHECKPOINT", "info")]
+    assert f"mtpforge add-mtp --source {src} --target" in r["findings"][0]["fix"]
+    out = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(src)], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"})
+    assert out.returncode == 0, out.stderr
+    fix = [line for line in out.stdout.splitlines() if line.startswith("fix (HF_SOURCE_CHECKPOINT):")]
+    assert len(fix) == 1 and f"mtpforge add-mtp --source {src} --target <your MLX folder>" in fix[0], out.stdout

@@ -251,6 +251,10 @@ def check(ctx: InspectContext) -> list[Finding]:
     if not ctx.has_head:
         return []
     conv, how, verdicts, out = convention(ctx)
+    if conv == "unknown" and ctx.raw:
+        # a Hugging Face checkpoint keeps the family's zero-centred norms by provenance: that is
+        # its convention, not an open question (only evidence of a shift would say otherwise)
+        conv, how = "raw", "source layout"
     ctx.report["norm_convention"] = conv
     ctx.report["norm_convention_from"] = how
     expected_conv = "raw" if ctx.raw else "shifted"

@@ -1,5 +1,5 @@
 """Is there a head, does the config declare it, and is its key set the one the config implies
-(MTP_CONFIG_WITHOUT_WEIGHTS, MTP_HEAD_MISSING, MTP_WEIGHTS_WITHOUT_CONFIG, MTP_MISSING_TENSORS,
+(HF_SOURCE_CHECKPOINT, MTP_CONFIG_WITHOUT_WEIGHTS, MTP_HEAD_MISSING, MTP_WEIGHTS_WITHOUT_CONFIG, MTP_MISSING_TENSORS,
 MTP_UNEXPECTED_TENSORS)."""
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def check(ctx: InspectContext) -> list[Finding]:
         out.append(finding("MTP_UNEXPECTED_TENSORS",
                            f"heads in several layouts at once: {loc.layout} and {', '.join(loc.also_found)}",
                            "keep one: `mtpforge remove-mtp` then `mtpforge add-mtp --layout …`"))
+    if ctx.raw:
+        out.append(_source_checkpoint(ctx))
     if not ctx.has_head:
         return out + _no_head(ctx)
     if declared == 0 and not (ctx.raw and fam.ships_head_undeclared):
@@ -59,6 +61,18 @@ def check(ctx: InspectContext) -> list[Finding]:
             f"remove the stray tensors or re-create the head: {ctx.add_fix} --force",
         ))
     return out
+
+
+def _source_checkpoint(ctx: InspectContext) -> Finding:
+    """An original Hugging Face checkpoint is what add-mtp reads, not a broken MLX folder: say so,
+    and what to run with it."""
+    return finding(
+        "HF_SOURCE_CHECKPOINT",
+        "an original Hugging Face checkpoint (unconverted keys; its RMSNorms are zero-centred by design): "
+        "a source for add-mtp, not an MLX model folder",
+        f"put its head into your MLX conversion: mtpforge add-mtp --source {ctx.target} --target <your MLX folder>; "
+        f"or convert it with the head kept: mtpforge convert --hf-path {ctx.target} --mlx-path <new folder> -q",
+    )
 
 
 def _no_head(ctx: InspectContext) -> list[Finding]:
