@@ -429,6 +429,9 @@ def annotate_cmd(
 @app.command("demo")
 def demo_cmd(
     directory: Optional[str] = typer.Argument(None, help="Work folder (default: a new temporary folder)."),
+    keep: Optional[str] = typer.Option(None, "--keep", metavar="DIR",
+                                       help="Also leave the source and the head-less conversion in DIR (new or empty) "
+                                            "for the README's tour."),
     as_json: bool = JsonOpt,
     fmt: OutputFormat = FormatOpt,
     debug: bool = DebugOpt,
@@ -437,7 +440,7 @@ def demo_cmd(
     from .demo import run_demo
     from .render import render_demo
 
-    run_command(lambda: run_demo(directory, progress=not _machine(as_json, fmt)), as_json=as_json, debug=debug,
+    run_command(lambda: run_demo(directory, progress=not _machine(as_json, fmt), keep=keep), as_json=as_json, debug=debug,
                 render=render_demo, fmt=fmt, command="demo")
 
 

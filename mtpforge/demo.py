@@ -188,11 +188,25 @@ def _verify(say: _Narrator, src: Path, target: Path, steps: dict[str, Any], prog
     return res
 
 
-def run_demo(directory: str | None = None, *, progress: bool = True, source: str | None = None) -> dict[str, Any]:
+def _keep_tour_folders(keep: Path, src: Path, converted: Path) -> dict[str, str]:
+    """The folders the README's tour starts from: the source (Hugging Face layout, with its head)
+    and the conversion as mlx_lm.convert left it (no head), copied before the demo changes it."""
+    import shutil
+
+    out = {"source": keep / src.name, "target": keep / TARGET_NAME}
+    shutil.copytree(src, out["source"], ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(converted, out["target"], symlinks=True)
+    return {k: str(v) for k, v in out.items()}
+
+
+def run_demo(directory: str | None = None, *, progress: bool = True, source: str | None = None,
+             keep: str | None = None) -> dict[str, Any]:
     """Convert, inspect, add the head, inspect again, verify. ``exit_code`` is 1 when any step
     does not show what it should (the result says which). ``source`` replaces the bundled
-    model (any HF-layout Qwen3.5/3.6/Qwen3-Next folder with a head)."""
+    model (any HF-layout Qwen3.5/3.6/Qwen3-Next folder with a head). ``keep`` (a new or empty
+    folder) also receives the source and the head-less conversion, for following the tour."""
     _check_work_dir(directory)
+    _check_work_dir(keep)
     src = Path(source).resolve() if source else tiny_model_path()
     if not (src / "config.json").is_file():
         raise InputError(f"{src} is not a Hugging Face model folder (no config.json)", "pass a folder with config.json and its weights")
@@ -204,6 +218,7 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     say.say(f"    work folder: {work}")
     steps: dict[str, Any] = {}
     logits_before = _convert(say, src, target, steps)
+    kept = _keep_tour_folders(_make_work_dir(keep), src, target) if keep is not None else None
     before = _inspect_before(say, src, target, steps)
     added = _add(say, src, target, steps, logits_before, progress)
     after = _inspect_after(say, src, target, steps)
@@ -218,6 +233,9 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
         say.say("    mtpforge add-mtp --source Qwen/Qwen3.5-27B --target ./Qwen3.5-27B-4bit")
         say.say("    mtpforge verify ./Qwen3.5-27B-4bit --generate")
         say.say(f"The demo's files stay in {work}; delete the folder when you are done.")
+        if kept:
+            say.say(f"For the tour: the source is in {kept['source']}, the conversion without its head in "
+                    f"{kept['target']}.")
     else:
         failed = [k for k, s in steps.items() if not s["ok"]]
         say.say(f"[bold red]The demo did not go as expected[/bold red] at: {', '.join(failed)}. "
@@ -232,6 +250,7 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
         "identical": res.get("identical"),
         "acceptance": acc,
         "ok": all_ok,
+        "kept": kept,
         "steps": steps,
         "exit_code": 0 if all_ok else 1,
     }

@@ -173,7 +173,7 @@ def render_demo(r: dict[str, Any], console: Console) -> None:
     acc = r.get("acceptance")
     acc_text = f"{acc:.1%}" if isinstance(acc, (int, float)) else str(acc)
     console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before {r.get('before')}, "
-                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {acc_text}")
+                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {acc_text}", soft_wrap=True)
 
 
 def render_repair(r: dict[str, Any], console: Console) -> None:

@@ -70,3 +70,13 @@ def test_examples_run_offline(example: str, tmp_path: Path) -> None:
     proc = run([str(ROOT / "examples" / example), str(tmp_path / "work")], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_keep_refuses_a_folder_that_is_not_empty_before_doing_anything(tmp_path: Path) -> None:
+    keep = tmp_path / "tour"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("mine")
+    work = tmp_path / "work"
+    proc = run(["-m", "mtpforge", "demo", str(work), "--keep", str(keep)])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and f"{keep} is not empty" in proc.stderr
+    assert sorted(p.name for p in keep.iterdir()) == ["mine.txt"] and not work.exists()
