@@ -42,12 +42,14 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print mtpforge's version and exit."),
 ) -> None:
     """Put the multi-token-prediction head back into MLX checkpoints, correctly, and prove it."""
+
+
+app.callback()(_root)
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object on stdout; human output goes to stderr.")
 DebugOpt = typer.Option(False, "--debug", help="Show tracebacks.")
