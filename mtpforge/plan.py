@@ -14,6 +14,7 @@ from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import InputError, RefusedError
 from .families import FAMILIES
 from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
 from .passes.experts import expert_span, parse_expert_key, switch_key
@@ -178,9 +179,7 @@ def parse_precision(precision: str | int) -> str | int:
 
 
 def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
-    tc = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else target_config
-    dt = str(tc.get("torch_dtype") or tc.get("dtype") or target_config.get("torch_dtype") or "bfloat16")
-    return "float16" if "float16" == dt else "bfloat16"
+    return "float16" if as_config(target_config).float_dtype_name == "float16" else "bfloat16"
 
 
 def source_expert_slices(
