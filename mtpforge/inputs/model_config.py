@@ -124,16 +124,20 @@ def _valid(q: QSpec) -> bool:
 
 
 def _quantization(config: Mapping[str, Any], file: str,
-                  problems: list[Problem]) -> tuple[Optional[QSpec], dict[str, QSpec | bool], Optional[str]]:
-    """The default quantization, the per-module entries, and which key held them."""
+                  problems: list[Problem]) -> tuple[Optional[QSpec], dict[str, QSpec | bool]]:
+    """The default quantization and the per-module entries. A Hugging Face quantization
+    (``quant_method``: FP8, GPTQ, AWQ releases) is not mlx-lm's: read as far as it reads as
+    one, never a problem of the folder."""
     key = next((k for k in QUANT_KEYS if config.get(k)), None)
     if key is None:
-        return None, {}, None
+        return None, {}
     q = config[key]
     if not isinstance(q, dict):
         problems.append(Problem(file, key, describe(q), "an object (mlx-lm writes {\"group_size\": G, \"bits\": B, ...})",
                                 QUANT_FIX))
-        return None, {}, key
+        return None, {}
+    if "quant_method" in q:
+        problems = []
     default: Optional[QSpec] = None
     if "bits" in q:
         try:
@@ -164,7 +168,7 @@ def _quantization(config: Mapping[str, Any], file: str,
                 modules[path] = spec
             else:
                 problems.append(Problem(file, f"{key}.{path}", describe(v), QUANT_EXPECTED, QUANT_FIX))
-    return default, modules, key
+    return default, modules
 
 
 class ModelConfig(Mapping[str, Any]):
@@ -192,7 +196,7 @@ class ModelConfig(Mapping[str, Any]):
             raise _core_error(file, e, tc, ("text_config",)) from None
         self.top_soft = _soft(raw, file, (), problems)
         self.text_soft = _soft(tc, file, ("text_config",), problems) if isinstance(tc, dict) else self.top_soft
-        self.quant_default, self.quant_modules, self.quant_key = _quantization(raw, file, problems)
+        self.quant_default, self.quant_modules = _quantization(raw, file, problems)
         self.problems: tuple[Problem, ...] = tuple(problems)
 
     # --------------------------------------------------------------- the raw object, read-only
