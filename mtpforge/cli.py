@@ -106,6 +106,9 @@ def run_command(
         _print_error(_interrupted(), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
+        if _caused_by_interrupt(e):  # Python wrapped the Ctrl-C (an import creating a class)
+            _print_error(_interrupted(), as_json, github, command)
+            raise typer.Exit(130) from None
         if debug:
             raise
         err = MtpforgeError(
@@ -132,10 +135,28 @@ def run_command(
     raise typer.Exit(code)
 
 
+#: set once a Ctrl-C was reported: the process then ends with 130 whatever Python thinks of it
+_INTERRUPTED: list[bool] = []
+
+
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """A KeyboardInterrupt that Python re-raised as another exception: a Ctrl-C while a lazily
+    imported module defines a class becomes ``RuntimeError: Error calling __set_name__``."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def _interrupted() -> MtpforgeError:
     """What Ctrl-C left: the truth depends on whether the swap had happened."""
     from .writer.atomic import COMMITTED
 
+    _INTERRUPTED.append(True)
     if COMMITTED:
         return MtpforgeError(f"interrupted after the change was committed: {COMMITTED[-1]} holds the new state",
                              "nothing to undo; run `mtpforge inspect` on it to see the result", code="INTERRUPTED")
@@ -492,7 +513,27 @@ def main() -> None:
         _plain_metavars(typer.main.get_command(app))(prog_name="mtpforge")
     except KeyboardInterrupt:  # between typer's start and run_command, or after its output
         _print_error(_interrupted(), "--json" in sys.argv)
-        sys.exit(130)
+        _exit_interrupted()
+    except SystemExit:
+        if _INTERRUPTED:
+            _exit_interrupted()
+        raise
+
+
+def _exit_interrupted() -> None:
+    """End with 130 after a Ctrl-C was reported. A KeyboardInterrupt that passed through the
+    builtin exec (a lazy import defining a dataclass, a namedtuple) leaves CPython's "unhandled
+    interrupt" flag set although it was handled here, and the interpreter would then kill
+    itself with SIGINT at exit (status -2, no message to match). The work is undone or
+    committed and the line is printed: flush and leave with the contract's code."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ CODES: dict[str, str] = {
     "TOKENIZER_UNREADABLE": ERROR,
     "EOS_PAD_INCONSISTENT": WARNING,
     "CHAT_TEMPLATE_MISSING": WARNING,
+    # a value in a file inspect reads is not what the format allows (mtpforge/inputs); warning
+    # for the side files (generation_config.json, tokenizer_config.json, mtpforge.json)
+    "INVALID_VALUE": ERROR,
     # informational notes that are not defects
     # an original Hugging Face checkpoint: a source for add-mtp, not an MLX folder
     "HF_SOURCE_CHECKPOINT": INFO,

@@ -21,6 +21,8 @@ from . import __version__
 from .checkpoint.store import Store, safe_relpath
 from .errors import MtpforgeError, RefusedError
 from .checkpoint.catalogue import INDEX_FILE
+from .inputs.manifest_file import check_manifest
+from .inputs.problems import Problem
 from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
 from .layouts.write import dump_json
 from .model_card import CARD, find, refreshed, section_sha, take_out, write_atomic
@@ -86,14 +88,17 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
         m = json.loads(p.read_text("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise RefusedError(f"{p} is not valid JSON", f"delete {p} only if you know what changed, then re-run with --force") from None
-    if not isinstance(m, dict):
-        return None
+    except OSError as e:
+        raise RefusedError(f"cannot read {p}: {e.strerror or e}", f"make {MANIFEST} a readable file") from None
+    bad = check_manifest(m, str(p))
+    if bad is not None:
+        raise RefusedError(f"{p} cannot be trusted: {bad.message}; nothing was changed",
+                           f"restore {MANIFEST} from a backup, or delete it and use add-mtp --force")
     # remove-mtp deletes and rewrites what the manifest names: a hostile one must not reach
     # outside the folder (``/etc/...``, ``../``)
-    added, changed = m.get("added", []), m.get("changed") or {}
+    added, changed = m.get("added") or [], m.get("changed") or {}
     try:
-        ok = isinstance(added, list) and isinstance(changed, dict) and all(isinstance(v, dict) for v in changed.values()) \
-            and all(isinstance(r, str) and safe_relpath(r) == r for r in [*added, *changed])
+        ok = all(safe_relpath(r) == r for r in [*added, *changed])
     except MtpforgeError:
         ok = False
     if not ok:
@@ -102,15 +107,18 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return m
 
 
-def read_manifest_hint(store: Store) -> dict[str, Any] | None:
-    """The manifest as inspect reads it: a hint about provenance, never a reason to fail."""
+def read_manifest_hint(store: Store) -> tuple[dict[str, Any] | None, Problem | None]:
+    """The manifest as inspect reads it: a hint about provenance, never a reason to fail. A
+    record that does not validate is ignored, and what is wrong with it returned."""
     if not store.exists(MANIFEST):
-        return None
+        return None, None
+    file = f"{store.name.rstrip('/')}/{MANIFEST}"
     try:
         obj = json.loads(store.read_bytes(MANIFEST))
-        return obj if isinstance(obj, dict) else None
-    except (ValueError, UnicodeDecodeError):
-        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, MtpforgeError) as e:
+        return None, Problem(file, "(the file)", f"not JSON ({e.__class__.__name__})", "a JSON object")
+    bad = check_manifest(obj, file)
+    return (obj, None) if bad is None else (None, bad)
 
 
 def head_intact(folder: Path, manifest: dict[str, Any]) -> bool:
@@ -601,7 +609,8 @@ def _write_measurement(head_folder: Path, report: dict[str, Any], expect: bytes 
     except (ValueError, UnicodeDecodeError):
         raise RefusedError(f"{path} is not valid JSON, so the measurement was not recorded",
                            "re-add the head with `mtpforge add-mtp --force`, then verify --record again") from None
-    if not isinstance(manifest, dict) or (expect is not None and raw != expect) or not head_intact(head_folder, manifest):
+    if check_manifest(manifest, str(path)) is not None or (expect is not None and raw != expect) \
+            or not head_intact(head_folder, manifest):
         raise RefusedError(f"the MTP head in {head_folder} changed while verify ran (or no longer matches {MANIFEST}), "
                            "so this measurement was not recorded",
                            "run `mtpforge verify --generate --record` again on the head as it is now")

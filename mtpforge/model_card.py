@@ -32,8 +32,15 @@ BEGIN = "<!-- mtpforge:mtp-head -->"
 END = "<!-- /mtpforge:mtp-head -->"
 
 
+#: what the card says of the head's norms and how to undo or check it, per output format
+MLX_TEXT = ("shifted (+1, as mlx-lm's loaders expect)",
+            "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`.")
+
+
 def _precision(m: dict[str, Any]) -> str:
     p = m.get("precision") or {}
+    if isinstance(p, str):  # a GGUF head: one ggml type for its matrices (norms stay F32)
+        return f"{p} (ggml; norms F32)"
     d = p.get("default")
     mods = p.get("modules") or {}
     quantized = [v for v in mods.values() if isinstance(v, dict)]
@@ -45,8 +52,9 @@ def _precision(m: dict[str, Any]) -> str:
     return text + ("" if d else " (backbone not quantized)")
 
 
-def section(manifest: dict[str, Any]) -> str:
-    """The section's text, from the manifest alone (what add-mtp wrote and verify recorded)."""
+def section(manifest: dict[str, Any], text: tuple[str, str] = MLX_TEXT) -> str:
+    """The section's text, from the manifest alone (what add-mtp wrote and verify recorded);
+    ``text``: the norms' wording and the closing line of the output format."""
     src = manifest.get("source") or {}
     repo = str(src.get("repo") or "the original checkpoint")
     rev = src.get("revision")
@@ -57,8 +65,7 @@ def section(manifest: dict[str, Any]) -> str:
         ("layout", f"{manifest.get('layout')}"),
         ("MTP layers", str(manifest.get("mtp_layers"))),
         ("precision", _precision(manifest)),
-        ("norms", "shifted (+1, as mlx-lm's loaders expect)" if manifest.get("norm_convention") == "shifted"
-         else str(manifest.get("norm_convention"))),
+        ("norms", text[0] if manifest.get("norm_convention") == "shifted" else str(manifest.get("norm_convention"))),
     ]
     if manifest.get("expert_format") not in (None, "none"):
         rows.append(("experts", str(manifest["expert_format"])))
@@ -73,7 +80,7 @@ def section(manifest: dict[str, Any]) -> str:
              f"mtpforge {manifest.get('mtpforge_version', '')} after conversion dropped it.".replace("  ", " "), "",
              "| | |", "|---|---|"]
     lines += [f"| {k} | {v_.replace('|', '/')} |" for k, v_ in rows]
-    lines += ["", "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`.", END]
+    lines += ["", text[1], END]
     # a source folder whose name is not UTF-8 (surrogate escapes) is shown escaped: a card is text
     return ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
 
@@ -157,6 +164,39 @@ def write_section(stage: "StagedFolder", manifest: dict[str, Any]) -> str | None
     return None
 
 
+def card_beside(folder: Path, manifest: dict[str, Any], text: tuple[str, str],
+                recorded: dict[str, Any] | None) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
+    """The card of a folder that is not staged (a GGUF head's folder: its README is the repo's
+    card), under the same proof as ``write_section``: the new bytes, the record (how the card
+    was before — absent, a file, a link — with its hash, the separator, the section's hash and
+    the card's hash after), or a note when the card is left alone. ``recorded``: the record of
+    the head this run replaces, whose section may be rewritten in place."""
+    p = folder / CARD
+    link = os.readlink(p) if p.is_symlink() else None
+    old: str | None = None
+    if os.path.lexists(p):
+        try:
+            old = p.read_bytes().decode("utf-8") if p.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            old = None
+        if old is None:
+            return None, None, f"left {CARD} alone: it is not a readable UTF-8 text file, so the card says nothing of the head"
+        if find(old) is not None and (recorded is None or section_sha(old) not in recorded["section_sha256"]):
+            return None, None, f"left {CARD} alone: it already has an MTP head section that this head's record does not vouch for"
+    sec = section(manifest, text)
+    if recorded is not None and old is not None and find(old) is not None:
+        new, sep, before = put(old, sec, recorded["separator"])[0], recorded["separator"], recorded["before"]
+    else:
+        new, sep = put(old, sec)
+        before = {"kind": "absent"} if old is None else {
+            **({"kind": "symlink", "target": link} if link is not None else {"kind": "file"}),
+            "sha256": hashlib.sha256(old.encode("utf-8")).hexdigest()}
+    data = new.encode("utf-8")
+    record = {"file": CARD, "separator": sep, "section_sha256": [hashlib.sha256(sec.encode("utf-8")).hexdigest()],
+              "before": before, "after_sha256": hashlib.sha256(data).hexdigest()}
+    return data, record, None
+
+
 def refreshed(text: str, manifest: dict[str, Any]) -> str | None:
     """The card with its section rewritten from ``manifest`` (after ``verify --record``), or
     None when there is nothing to rewrite: no section, or one the manifest does not vouch for
@@ -186,5 +226,5 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-__all__ = ["CARD", "BEGIN", "END", "section", "put", "take_out", "find", "section_sha", "write_section", "refreshed",
-           "write_atomic"]
+__all__ = ["CARD", "BEGIN", "END", "MLX_TEXT", "card_beside", "section", "put", "take_out", "find", "section_sha",
+           "write_section", "refreshed", "write_atomic"]

@@ -20,6 +20,7 @@ from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families.tables import declared_mtp_layers
+from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
 from .layouts.spec import Placement
@@ -90,6 +91,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     if is_raw_hf(cat):
         raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
                          f"convert it first (mlx_lm.convert --hf-path {target}), or use it as --source")
+    cat.refuse_invalid()  # add-mtp builds on the config's quantization and rewrites the index
     return path, cat, family
 
 
@@ -517,12 +519,13 @@ def _edit_side_files(plan: AddPlan, stage: StagedFolder,
     if pl.in_index:
         idx_path = stage.path(INDEX_FILE)
         idx = json.loads(idx_path.read_text("utf-8")) if idx_path.is_file() else None
+        total = parse_index(idx, file=INDEX_FILE).total_size if idx is not None else None
         if idx is None:
             # no index: mlx-lm globs anyway; create one so exo's index probe finds the head
             shards = load_catalogue(LocalStore(stage.stage)).headers
             idx = {"metadata": {}, "weight_map": {k: f for f, h in shards.items() if loads_in_mlx_lm_glob(f)
                                                  and f != head.file for k in h.tensors}}
-        stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, head.file, list(head_infos), head.mtp_bytes)))
+        stage.write_bytes(INDEX_FILE, dump_json(updated_index(idx, head.file, list(head_infos), head.mtp_bytes, total)))
         written.add(INDEX_FILE)
     if pl.vllm_manifest:
         stage.write_bytes(VLLM_MLX_MANIFEST, dump_json(vllm_mlx_manifest(

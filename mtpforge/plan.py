@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
-from .errors import InputError, RefusedError
+from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
 from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
 from .passes.experts import expert_span, parse_expert_key, switch_key
@@ -178,9 +179,7 @@ def parse_precision(precision: str | int) -> str | int:
 
 
 def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
-    tc = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else target_config
-    dt = str(tc.get("torch_dtype") or tc.get("dtype") or target_config.get("torch_dtype") or "bfloat16")
-    return "float16" if "float16" == dt else "bfloat16"
+    return "float16" if as_config(target_config).float_dtype_name == "float16" else "bfloat16"
 
 
 def source_expert_slices(
@@ -224,10 +223,31 @@ def validate_source_head(
                 f"source tensor mtp.{k} is {weights[k].dtype}; mtpforge converts bf16/fp16/fp32 and block-FP8 sources",
                 "use the bf16 release of the model as --source (NVFP4/AWQ/GPTQ sources are not supported)",
             )
-        if weights[k].dtype == "F8_E4M3" and f"{k}_scale_inv" not in entries:
-            raise RefusedError(f"source tensor mtp.{k} is FP8 without a block scale (weight_scale_inv)",
-                               "use the bf16 release of the model as --source")
+        if weights[k].dtype == "F8_E4M3":
+            _check_fp8(weights[k], entries.get(f"{k}_scale_inv"))
     return fmt
+
+
+#: source dtypes a block-FP8 scale may have
+FP8_SCALE_DTYPES = ("F32", "BF16", "F16")
+
+
+def _check_fp8(w: TensorInfo, s: TensorInfo | None) -> None:
+    """A block-FP8 weight is a 2-D matrix with one float scale per 128x128 block: the values
+    ``passes/fp8.py`` dequantizes with, checked where the source's headers are read."""
+    from .passes.fp8 import BLOCK
+
+    fix = f"re-download {w.file} (its header is damaged), or use the bf16 release of the model as --source"
+    if len(w.shape) != 2:
+        raise CorruptFileError(f"{w.file}: tensor {w.name} is FP8 with shape {list(w.shape)}, expected a 2-D matrix "
+                               "(block-FP8 releases keep norms and 1-D tensors in bf16)", fix)
+    if s is None:
+        raise RefusedError(f"source tensor {w.name} is FP8 without a block scale (weight_scale_inv)",
+                           "use the bf16 release of the model as --source")
+    want = [-(-w.shape[0] // BLOCK), -(-w.shape[1] // BLOCK)]
+    if s.dtype not in FP8_SCALE_DTYPES or list(s.shape) != want:
+        raise CorruptFileError(f"{s.file}: tensor {s.name} is {s.dtype} {list(s.shape)}, expected {'/'.join(FP8_SCALE_DTYPES)} "
+                               f"{want} (one scale per {BLOCK}x{BLOCK} block of {w.name} {list(w.shape)})", fix)
 
 
 def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any], src_family: str, tgt_family: str) -> None:

@@ -84,7 +84,7 @@ class VerifyCheck(_Strict):
     depth: int = Field(1, ge=1, le=8, description="Draft tokens per step.")
     hidden: Literal["auto", "pre", "post"] = Field("auto", description="Backbone hidden state that feeds the head; auto measures both and keeps the better.")
     temp: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 is greedy, where the output must equal plain decoding token for token.")
-    seed: Optional[int] = Field(None, description="Random seed for sampling.")
+    seed: Optional[int] = Field(None, ge=0, le=2**32 - 1, description="Random seed for sampling (0 to 2^32 - 1, as verify --seed).")
     min_acceptance: float = Field(0.0, ge=0.0, le=1.0, description="Fail when accepted / drafted is below this fraction.")
     record: bool = Field(False, description="Write the measured hidden-state variant and acceptance into the folder's manifest.")
 
@@ -227,7 +227,36 @@ def _no_aliases(text: str, name: str) -> None:
                              "write the value out in full where it is used")
 
 
+#: a recipe is a handful of keys; these bound what the YAML parser is given (PyYAML takes
+#: minutes over a few hundred kilobytes of nested brackets)
+MAX_RECIPE_BYTES = 1 << 20
+MAX_RECIPE_DEPTH = 32
+
+
+def _check_size(text: str, name: str) -> None:
+    """Refuse a recipe too large, or nested deeper than any recipe is, before YAML parses it."""
+    if len(text) > MAX_RECIPE_BYTES:
+        raise InputError(f"{name}: {len(text):,} characters, more than a recipe ({MAX_RECIPE_BYTES:,} at most)",
+                         "pass the recipe YAML file (a few keys: source, target, options, checks)")
+    depth, line, quote = 0, 1, ""
+    for ch in text:
+        if ch == "\n":
+            line, quote = line + 1, ""
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_RECIPE_DEPTH:
+                raise InputError(f"{name}:{line}: brackets nested more than {MAX_RECIPE_DEPTH} deep, deeper than any recipe",
+                                 "write the recipe's values as plain strings, numbers, lists or mappings (see recipes/)")
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+
+
 def _parse_yaml(text: str, name: str) -> tuple[Any, _Lines]:
+    _check_size(text, name)
     try:
         _no_aliases(text, name)
         data = yaml.safe_load(text)

@@ -33,6 +33,7 @@ from .checks.norms import backbone_verdicts
 from .errors import InputError, RefusedError
 from .families.detect import detect_family
 from .families.tables import is_norm_key
+from .inputs.manifest_file import check_manifest
 from .layouts.detect import locate_head, read_entries
 from .layouts.table import MANIFEST
 from .layouts.write import dump_json
@@ -88,6 +89,7 @@ def repair_norms(
     family = detect_family(cat.config)
     if family is None:
         raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint", "pass an MLX model folder")
+    cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
     loc = locate_head(cat, family)
     if loc.layout not in BEHAVIOUR_LAYOUTS:
         what = {"none": "has no MTP head", "hf": "is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load)"}.get(
@@ -95,6 +97,7 @@ def repair_norms(
         raise RefusedError(f"{target} {what}; repair-norms fixes a head inside an MLX model folder "
                            f"({', '.join(BEHAVIOUR_LAYOUTS)} layouts)",
                            f"run `mtpforge inspect {target}` to see what the folder needs")
+    _read_old_manifest(folder)  # a record that cannot be kept is refused before any work
     prog = Progress(enabled=progress)
     norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
@@ -115,7 +118,7 @@ def repair_norms(
     prog.step(f"patching {len(per_key)} norm tensors ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
     with StagedFolder(folder) as stage:
         copies = {rel: _patch_file(folder, stage, rel, ps) for rel, ps in patches.items()}
-        stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family)))
+        stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family, sorted(patches))))
         prog.step("committing")
         stage.commit()
     report.update(status="repaired", copy=copies)
@@ -200,31 +203,66 @@ def _patch_file(folder: Path, stage: StagedFolder, rel: str, ps: list[tuple[int,
     return how
 
 
-def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: dict[str, Any], family: str) -> dict[str, Any]:
+def _read_old_manifest(folder: Path) -> dict[str, Any]:
+    """The folder's manifest, validated: one that cannot be trusted is refused, not replaced
+    (it is what remove-mtp undoes add-mtp by)."""
+    old = folder / MANIFEST
+    if not old.is_file():
+        return {}
+    try:
+        manifest = json.loads(old.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise RefusedError(f"{old} is not valid JSON, so the repair could not be recorded in it; nothing was changed",
+                           f"restore {MANIFEST} from a backup (or delete it if mtpforge did not write the head)") from None
+    bad = check_manifest(manifest, str(old))
+    if bad is not None:
+        raise RefusedError(f"{old} cannot be trusted: {bad.message}; nothing was changed",
+                           f"restore {MANIFEST} from a backup (or delete it if mtpforge did not write the head)")
+    return manifest
+
+
+def _rehash(manifest: dict[str, Any], folder: Path, stage: Path, patched: list[str]) -> None:
+    """Keep the proof chain (remove-mtp removes only files whose bytes it can prove): a patched
+    file add-mtp wrote keeps a hash when the repair provably produced it — its bytes are add-mtp's
+    again, or they were add-mtp's before the repair (only the norm spans changed, by mtpforge).
+    A file someone else changed loses its hash. The other files' hashes stay as they were."""
+    from .manifest import file_sha
+
+    hashes = manifest.get("file_sha256")
+    if not isinstance(hashes, dict):
+        return
+    for rel in patched:
+        if rel not in hashes:
+            continue
+        new = file_sha(stage / rel)
+        if new != hashes[rel] and file_sha(folder / rel) != hashes[rel]:
+            del hashes[rel]
+        else:
+            hashes[rel] = new
+
+
+def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: dict[str, Any], family: str,
+              patched: list[str]) -> dict[str, Any]:
     """The folder's manifest after the repair: mtpforge's own one updated, or a new one that
     records the repair and the norms' hashes (so the next inspect decides exactly)."""
-    old = folder / MANIFEST
-    manifest: dict[str, Any]
-    try:
-        manifest = json.loads(old.read_text("utf-8")) if old.is_file() else {}
-    except (ValueError, UnicodeDecodeError):
-        manifest = {}
-    if not isinstance(manifest, dict) or "mtpforge_manifest" not in manifest:
+    manifest = _read_old_manifest(folder)
+    if "mtpforge_manifest" not in manifest:
         from .manifest import MANIFEST_VERSION
 
         manifest = {"mtpforge_manifest": MANIFEST_VERSION, "family": family, "layout": report["layout"],
                     "head_written_by": "another tool", "added": [MANIFEST], "changed": {}}
     cat = load_catalogue(LocalStore(stage))
     loc = locate_head(cat, family)
-    tensors = manifest.setdefault("tensors", {})
+    tensors = manifest["tensors"] = dict(manifest.get("tensors") or {})
     for bare, info in loc.entries.items():
         if is_norm_key(bare):
             raw = cat.read_tensor_bytes(info)
             tensors[loc.stored_keys.get(bare, bare)] = {
                 "sha256": hashlib.sha256(raw).hexdigest(), "dtype": info.dtype, "shape": list(info.shape)}
-    manifest.pop("file_sha256", None)  # the head's file changed; its old hash would mislead
+    _rehash(manifest, folder, stage, patched)
     manifest["norm_convention"] = "shifted"
-    manifest.setdefault("repairs", []).append({
+    manifest["repairs"] = list(manifest.get("repairs") or [])
+    manifest["repairs"].append({
         "what": "norm convention", "evidence": report["evidence"], "source": report.get("source"),
         "offsets": report["changed_norms"], "mtpforge_version": __version__,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -8,7 +8,6 @@ measured in this process. Read-only unless ``record`` is set.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -141,24 +140,51 @@ def _check_args(hidden: str, depth: int, max_tokens: int, temp: float) -> None:
 
 
 def _check_target(target: str) -> Path:
+    """The folder, its config and the side files mlx-lm's loaders read, validated before mlx-lm
+    sees them (mlx-lm trusts every value: a malformed one would be a crash deep inside it)."""
+    from .checkpoint.catalogue import load_catalogue
+    from .checkpoint.store import LocalStore
+    from .inputs.side_files import GENERATION_CONFIG, TOKENIZER_CONFIG, read_side_file
+
     folder = Path(target).expanduser()
     if not folder.is_dir():
         raise InputError(f"{target} is not a folder", "pass the MLX model folder that holds the head")
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
+    store = LocalStore(folder)
+    if not store.exists("config.json"):
         raise InputError(f"{target} has no config.json", "pass an MLX model folder (with config.json and weights)")
-    try:
-        cfg = json.loads(cfg_path.read_text("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise InputError(f"{cfg_path} is not valid JSON", "restore config.json from the original model") from None
-    if isinstance(cfg, dict) and cfg.get("model_type") == DRAFTER_MODEL_TYPE:
+    cat = load_catalogue(store)
+    if cat.config.model_type == DRAFTER_MODEL_TYPE:
         raise InputError(f"{target} is an mlx-vlm drafter folder, which has no backbone to decode with",
                          "pass the model folder beside it (verify finds <model>-mtp-drafter by itself)")
+    cat.refuse_invalid()
+    for rel in (GENERATION_CONFIG, TOKENIZER_CONFIG):
+        problems = read_side_file(store, rel).problems
+        if problems:
+            raise problems[0].error()
+    _check_layer_count(cat)
     return folder
 
 
+def _check_layer_count(cat: Any) -> None:
+    """The backbone's layer count in config.json is the one its weights hold: mlx-lm builds
+    every layer the config names before it looks at a weight (a corrupt count of millions would
+    run out of memory instead of failing)."""
+    import re
+
+    declared = cat.config.text.num_hidden_layers
+    found = {int(m.group(1)) for k in cat.tensors if ".mtp." not in k and not k.startswith("mtp.")
+             and (m := re.search(r"(?:^|\.)model\.layers\.(\d+)\.", k))}
+    if declared is not None and found and declared != max(found) + 1:
+        raise RefusedError(f"{cat.config.file}: num_hidden_layers is {declared}, but the weights hold {max(found) + 1} layers",
+                           "restore config.json from the original model (or re-convert it)")
+
+
 def _encode(tokenizer: Any, text: str) -> list[int]:
-    ids = list(tokenizer.encode(text))
+    try:
+        ids = list(tokenizer.encode(text))
+    except Exception as e:  # noqa: BLE001 - the folder's tokenizer files, as transformers reads them
+        raise RefusedError(f"the folder's tokenizer cannot encode a prompt ({e.__class__.__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})",
+                           "restore tokenizer.json and tokenizer_config.json from the original model") from None
     if not ids:
         raise InputError(f"prompt {text!r} encodes to no tokens", "pass a non-empty --prompt")
     return [int(i) for i in ids]

@@ -183,20 +183,36 @@ class KillPlan:
     delay: float
 
 
-def plan_kills(bench: Bench, n: int, seed: int) -> list[KillPlan]:
+#: an "early" anchored kill lands within this long after its progress line: where a phase
+#: imports the modules it needs (a Ctrl-C inside an import is the hardest one to report right)
+EARLY_SECONDS = 0.01
+
+
+def plan_kills(bench: Bench, n: int, seed: int, early_share: float = 0.0, only: str | None = None) -> list[KillPlan]:
     """Seeded kill moments: timed ones spread over the clean run, anchored ones after each
-    progress line that the clean run printed."""
+    progress line that the clean run printed; ``early_share`` of the anchored ones land in the
+    first milliseconds of their phase; ``only``: every kill anchored to that progress line."""
     rng = random.Random(f"{seed}-{bench.name}")
-    anchors = [a for a in ANCHORS if a in bench.anchor_seconds]
+    anchors = [a for a in ANCHORS if a in bench.anchor_seconds and (only is None or a == only)]
+    if only is not None and not anchors:
+        return []
     plans = []
-    first = [a for a in FIRST_ANCHORS if a is None or a in anchors]
+    first = [a for a in FIRST_ANCHORS if (a is None and only is None) or a in anchors]
     for i in range(n):
-        if i < len(first) and first[i] is None:
+        if only is not None and i >= len(first):
+            span = phase_seconds(bench, only)
+            if early_share and rng.random() < early_share:
+                span = min(span, EARLY_SECONDS)
+            plans.append(KillPlan(only, rng.uniform(0.0, span)))
+        elif i < len(first) and first[i] is None:
             plans.append(KillPlan(None, rng.uniform(0.0, bench.clean_seconds)))
         elif i < len(first) or (anchors and rng.random() < ANCHORED_SHARE):
             a = first[i] if i < len(first) else rng.choice(anchors)
             assert a is not None
-            plans.append(KillPlan(a, rng.uniform(0.0, phase_seconds(bench, a))))
+            span = phase_seconds(bench, a)
+            if early_share and rng.random() < early_share:
+                span = min(span, EARLY_SECONDS)
+            plans.append(KillPlan(a, rng.uniform(0.0, span)))
         else:
             plans.append(KillPlan(None, rng.uniform(0.0, bench.clean_seconds)))
     return plans
@@ -213,6 +229,8 @@ class Outcome:
     leftovers: list[str]
     problems: list[str]
     signal: str = "SIGKILL"
+    #: the process's exit status (negative: killed by that signal)
+    rc: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -320,7 +338,7 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True,
             if bench.blobs is not None and folder_state(work / "models--t" / "blobs") != bench.blobs:
                 problems.append("a blob changed during the re-run")
     return Outcome(bench.name, plan.anchor, plan.delay, killed, state, phase, lo, problems,
-                   "SIGKILL" if sig == signal.SIGKILL else "SIGINT")
+                   "SIGKILL" if sig == signal.SIGKILL else "SIGINT", rc)
 
 
 _TEMPLATE_STATES: dict[str, dict[str, str]] = {}
@@ -360,5 +378,8 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         "by_state": by_state, "by_phase": by_phase,
         "by_scenario": {s: sum(o.scenario == s for o in killed) for s in sorted({o.scenario for o in outcomes})},
         "by_signal": {g: sum(o.signal == g for o in killed) for g in sorted({o.signal for o in outcomes})},
+        # every Ctrl-C run's exit status: 130 (interrupted), 0 (it had finished), anything else a bug
+        "sigint_exits": {str(rc): sum(o.signal == "SIGINT" and o.rc == rc for o in outcomes)
+                         for rc in sorted({o.rc for o in outcomes if o.signal == "SIGINT" and o.rc is not None})},
         "failures": [o.__dict__ for o in outcomes if not o.ok],
     }

@@ -288,3 +288,46 @@ def test_verify_without_llama_cpp_is_one_clear_line(tmp_path: Path) -> None:
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert "llama.cpp" in line and " — fix: " in line
     assert json.loads(r.stdout)["error"]["code"] == "BAD_INPUT"
+
+
+# ----------------------------------------------------------------------------- several trunks, the card
+
+
+def test_a_second_quantization_of_the_trunk_is_served_by_the_same_head(tmp_path: Path) -> None:
+    """The MTP-only file does not depend on the trunk's type: beside the f32 trunk's head, the
+    Q8_0 trunk of the same model finds it already present, and inspect pairs it with both."""
+    f32 = trunk_copy(MODELS["dense"], tmp_path, "f32")
+    q8 = trunk_copy(MODELS["dense"], tmp_path, "Q8_0")
+    first = _add(f32, MODELS["dense"])
+    head = Path(first["output"])
+    sha = sha256(head)
+    second = _add(q8, MODELS["dense"])
+    assert second["status"] == "already-present" and q8.name in second["notes"][0] and sha256(head) == sha
+    again = _add(q8, MODELS["dense"])
+    assert again["status"] == "already-present" and again["files_written"] == []
+    for trunk in (f32, q8):
+        code, rep = _inspect(trunk)
+        assert code == 0 and rep["layout"] == "gguf-mtp" and rep["findings"] == [], rep
+    # a head made for the MoE model is still another model's, whatever its name
+    moe = mtpforge("add-mtp", "--source", str(MODELS["moe"]), "--target", str(q8), "--output", str(head))
+    assert moe.returncode == 1 and moe.stderr.count("error:") == 1
+
+
+def test_add_mtp_writes_the_gguf_repos_model_card(tmp_path: Path) -> None:
+    """A GGUF repo's README is its card: the section says what was added and how to run it,
+    and the head's record proves it (how the card was before, the section's and the card's
+    hashes), as for an MLX folder."""
+    import hashlib
+
+    from mtpforge.model_card import find, section_sha
+
+    trunk = trunk_copy(MODELS["dense"], tmp_path)
+    card = tmp_path / "README.md"
+    r = _add(trunk, MODELS["dense"])
+    assert str(card) in r["files_written"]
+    text = card.read_text()
+    assert find(text) is not None and f"llama-server -m {trunk.name} -md" in text and "gguf-mtp" in text
+    rec = json.loads(Path(r["manifest"]).read_text())["model_card"]
+    assert rec["before"] == {"kind": "absent"} and rec["separator"] == ""
+    assert rec["after_sha256"] == hashlib.sha256(card.read_bytes()).hexdigest() and section_sha(text) in rec["section_sha256"]
+    assert _add(trunk, MODELS["dense"])["status"] == "already-present" and card.read_text() == text

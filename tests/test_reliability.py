@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -257,6 +258,64 @@ def test_ctrl_c_around_the_swap_tells_the_truth_and_never_a_traceback(synth, mak
         outcomes["after" if done else "before"] += 1
         assert leftovers(tmp_path) == []
     assert outcomes["after"] >= 1, outcomes
+
+
+#: a Ctrl-C that lands while validation imports a module, made deterministic: the staged
+#: check raises it inside exec() (as a dataclass being defined does), or wrapped by Python.
+#: Run with ``-m`` as ``python -m mtpforge`` runs: CPython checks its "unhandled interrupt"
+#: flag on that path (a script's SystemExit leaves by another one)
+_INTERRUPT_IN_IMPORT = """
+import io
+import sys
+
+import mtpforge.inspect as ins
+from mtpforge import cli
+
+HOW = sys.argv[3]
+
+
+def interrupted(*a, **k):
+    if HOW == "wrapped":
+        try:
+            exec("raise KeyboardInterrupt")
+        except KeyboardInterrupt as e:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance 'report'") from e
+    exec("raise KeyboardInterrupt")
+
+
+# the error path once, quietly: what runs after the real interrupt then defines no new class
+err, sys.stderr = sys.stderr, io.StringIO()
+try:
+    cli.run_command(lambda: (_ for _ in ()).throw(KeyboardInterrupt()), as_json=False, debug=False)
+except BaseException:
+    pass
+sys.stderr = err
+getattr(cli, "_INTERRUPTED", []).clear()
+ins.inspect_checkpoint = interrupted
+sys.argv = ["mtpforge", "add-mtp", "--source", sys.argv[1], "--target", sys.argv[2]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("how", ["in-exec", "wrapped"])
+def test_ctrl_c_inside_an_import_exits_130_with_one_truthful_line(synth, make_target, tmp_path, how):
+    """Python 3.11 marks a KeyboardInterrupt raised inside exec() as unhandled even when it is
+    handled, and then ends the process with SIGINT (status -2); a Ctrl-C while a class is being
+    defined arrives as a RuntimeError. Both are an interrupted run: exit 130, one line."""
+    tgt = make_target("qwen3_5")
+    before = folder_state(tgt)
+    drv = tmp_path / "drv"
+    drv.mkdir()
+    (drv / "interrupt_driver.py").write_text(_INTERRUPT_IN_IMPORT)
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(drv), str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "interrupt_driver", str(synth.hf("qwen3_5")), str(tgt), how],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 130, (r.returncode, r.stderr[-1500:])
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "interrupted" in lines[0] and "left as it was" in lines[0], lines
+    assert folder_state(tgt) == before and leftovers(tgt.parent) == []
 
 
 # ----------------------------------------------------------------------------- paths

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import CorruptFileError, InputError, RefusedError
+from ..inputs.index import INDEX_FILE, IndexFile, parse_index
+from ..inputs.model_config import ModelConfig, parse_config
+from ..inputs.problems import Problem
 from .safetensors_header import Header, TensorInfo, read_header
-from .store import Store, read_json, safe_relpath
-
-INDEX_FILE = "model.safetensors.index.json"
+from .store import Store, read_json
 
 
 @dataclass
 class Catalogue:
     store: Store
-    config: dict[str, Any]
+    config: ModelConfig
     index: dict[str, str] | None  # tensor name -> file, from model.safetensors.index.json
     headers: dict[str, Header] = field(default_factory=dict)  # file -> parsed header
     corrupt: dict[str, str] = field(default_factory=dict)  # file -> what is wrong
@@ -30,6 +31,18 @@ class Catalogue:
     #: index entries whose file name points outside the folder (tensor -> what is wrong); kept
     #: out of ``index`` so nothing ever opens them, and reported by inspect as a finding
     unsafe_index: dict[str, str] = field(default_factory=dict)
+    #: the index as parsed (None: the folder has none)
+    index_file: IndexFile | None = None
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """Values of config.json and the index that do not validate (inspect: findings)."""
+        return self.config.problems + (self.index_file.problems if self.index_file else ())
+
+    def refuse_invalid(self) -> None:
+        """For a command that relies on every value of the folder's config and index: exit 2."""
+        if self.problems:
+            raise self.problems[0].error()
 
     @property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -62,6 +75,11 @@ class Catalogue:
         return self.store.read_range(info.file, info.begin, info.end)
 
 
+def _named(store: Store, rel: str) -> str:
+    """A file of a store as messages name it (``/path/to/model/config.json``, ``org/repo@sha/...``)."""
+    return f"{store.name.rstrip('/')}/{rel}"
+
+
 def head_shards(index: dict[str, str]) -> set[str]:
     """The shards a remote source is read from: those holding ``mtp.*`` tensors, plus one whose
     header tells a raw HF checkpoint from a converted one (a linear-attention conv1d, or a
@@ -83,28 +101,15 @@ def load_catalogue(
             f"{store.name} has no config.json",
             "pass a Hugging Face or MLX model folder (or repo id) that contains config.json",
         )
-    config = read_json(store, "config.json")
+    config = parse_config(read_json(store, "config.json"), file=_named(store, "config.json"))
     files = store.list_files()
-    index: dict[str, str] | None = None
+    idx: IndexFile | None = None
     if store.exists(INDEX_FILE):
-        idx = read_json(store, INDEX_FILE)
-        wm = idx.get("weight_map")
-        if not isinstance(wm, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in wm.items()
-        ):
-            raise CorruptFileError(
-                f"{INDEX_FILE} in {store.name} has no valid weight_map",
-                f"repair or re-download {INDEX_FILE}",
-            )
-        index, unsafe = {}, {}
-        for k, v in wm.items():
-            try:
-                index[k] = safe_relpath(v)
-            except CorruptFileError as e:
-                unsafe[k] = e.message
-    cat = Catalogue(store=store, config=config, index=index, files=files)
-    if index is not None:
-        cat.unsafe_index = unsafe
+        idx = parse_index(read_json(store, INDEX_FILE), file=_named(store, INDEX_FILE))
+    index = idx.weight_map if idx is not None else None
+    cat = Catalogue(store=store, config=config, index=index, files=files, index_file=idx)
+    if idx is not None:
+        cat.unsafe_index = dict(idx.unsafe)
     wanted: list[str] = []
     # without an index (single-file releases) the weight files themselves are the only listing
     if all_safetensors or index is None:

@@ -26,6 +26,11 @@ DTYPE_SIZES: dict[str, float] = {
     "F4": 0.5,
 }
 
+#: The largest dimension a tensor may have: what MLX (int32 shapes) can hold. A header may
+#: describe a shape no framework can make (``[0, 2**63]`` spans zero bytes, so it passes the
+#: span check) — refused here, where the header is read, not as an overflow later.
+MAX_TENSOR_DIM = 2**31 - 1
+
 #: Real headers are a few MB at most (a 1,553-tensor MoE shard is ~200 KB); refuse absurd ones
 #: before allocating.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -101,12 +106,14 @@ def parse_header(file: str, header_json: bytes, file_size: int) -> Header:
         if not isinstance(spec, dict):
             raise _bad(file, f"entry {name!r} is not an object")
         dtype, shape, offs = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-        if dtype not in DTYPE_SIZES:
+        if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
             raise _bad(file, f"tensor {name!r} has unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
             raise _bad(file, f"tensor {name!r} has an invalid shape {shape!r}")
+        if any(d > MAX_TENSOR_DIM for d in shape):
+            raise _bad(file, f"tensor {name!r} has an invalid shape {shape!r} (expected dimensions of at most {MAX_TENSOR_DIM})")
         if (
             not isinstance(offs, list)
             or len(offs) != 2

@@ -82,7 +82,10 @@ class LocalStore:
         return sorted(out)
 
     def exists(self, rel: str) -> bool:
-        return self.path(rel).is_file()
+        try:
+            return self.path(rel).is_file()
+        except OSError:  # a name the filesystem cannot hold (too long, a NUL): no such file
+            return False
 
     def size(self, rel: str) -> int:
         try:

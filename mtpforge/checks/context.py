@@ -20,6 +20,7 @@ from ..families.spec import FamilySpec
 from ..families.tables import declared_mtp_layers
 from ..layouts.detect import HeadLocation, is_raw_hf, locate_head
 from ..layouts.table import MANIFEST
+from ..inputs.problems import Problem
 from ..manifest import read_manifest_hint
 
 
@@ -65,6 +66,8 @@ class InspectContext:
     src_hint: str
     #: the norm check may decode with the head when nothing else decides its norms
     behaviour: bool = True
+    #: what is wrong with mtpforge.json when it does not validate (then ``manifest`` is None)
+    manifest_problem: Optional[Problem] = None
     report: dict[str, Any] = field(default_factory=dict)
     #: bare keys -> unquantized shapes the config implies (set by the structure check)
     expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -108,7 +111,7 @@ def build_context(
             "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next",
         )
     loc = locate_head(cat, family)
-    manifest = read_manifest_hint(store) if use_manifest else None
+    manifest, manifest_problem = read_manifest_hint(store) if use_manifest else (None, None)
     src_hint = (
         source
         or ((manifest or {}).get("source") or {}).get("repo")
@@ -116,7 +119,8 @@ def build_context(
         or "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
     )
     ctx = InspectContext(target, store, cat, family, FAMILIES[family], declared_mtp_layers(cat.config, family), loc,
-                         manifest, source, source_revision, runtime, mlx_lm_version, data_checks, src_hint, behaviour)
+                         manifest, source, source_revision, runtime, mlx_lm_version, data_checks, src_hint, behaviour,
+                         manifest_problem=manifest_problem)
     ctx.report = _report(ctx)
     return ctx
 

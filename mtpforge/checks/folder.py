@@ -9,14 +9,15 @@ Each check is a small function from what it reads to findings (docs/FINDINGS.md)
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.store import Store
-from ..errors import MtpforgeError
 from ..findings import ERROR, Finding, finding
-from ..layouts.quant import per_path_entries, quant_defaults
+from ..inputs.model_config import ModelConfig
+from ..inputs.side_files import GENERATION_CONFIG, TOKENIZER_CONFIG, GenerationConfig, TokenizerConfig, read_side_file
+from ..layouts.quant import module_quant
+from ..passes.quantize import QSpec
 
 if TYPE_CHECKING:
     from .context import InspectContext
@@ -36,8 +37,8 @@ def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
     module agrees with the config iff packed·32 == scales·group·bits (and ``biases``, for affine,
     has the scales' shape). The head is checked by inspect's own MTP precision check.
     """
-    default = quant_defaults(cat.config)
-    entries = per_path_entries(cat.config)
+    default = cat.config.quant_default
+    entries = module_quant(cat.config)
     tensors = cat.tensors
     bad: list[str] = []
     for key, s in tensors.items():
@@ -51,20 +52,18 @@ def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
         if e is False:
             bad.append(f"{path}: stored quantized, config says unquantized")
             continue
-        q = dict(default or {})
-        if isinstance(e, dict):
-            q.update({k: e[k] for k in ("bits", "group_size", "mode") if k in e})
-        bits, group = q.get("bits"), q.get("group_size")
-        if not isinstance(bits, int) or not isinstance(group, int):
+        q = e if isinstance(e, QSpec) else default
+        if q is None:
             bad.append(f"{path}: stored quantized, config declares no quantization")
             continue
+        bits, group = q.bits, q.group_size
         if w.shape[-1] * 32 != s.shape[-1] * group * bits:
             stored_bits = w.shape[-1] * 32 / (s.shape[-1] * group) if s.shape[-1] else 0
             bad.append(f"{path}: weight {list(w.shape)} / scales {list(s.shape)} is not {bits}-bit group {group} "
                        f"(fits {stored_bits:g}-bit)")
             continue
         b = tensors.get(f"{path}.biases")
-        if q.get("mode", "affine") == "affine" and b is not None and tuple(b.shape) != tuple(s.shape):
+        if q.mode == "affine" and b is not None and tuple(b.shape) != tuple(s.shape):
             bad.append(f"{path}: biases {list(b.shape)} differ from scales {list(s.shape)}")
     if not bad:
         return []
@@ -76,31 +75,11 @@ def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
     )]
 
 
-def _json(store: Store, rel: str) -> Any:
-    try:
-        obj = json.loads(store.read_bytes(rel)) if store.exists(rel) else None
-    except (ValueError, UnicodeDecodeError, RecursionError, OSError, MtpforgeError):
-        return None  # a damaged side file is not this check's finding; a missing value is
-    return obj if isinstance(obj, dict) else None
+def _ids(v: int | list[int] | None) -> set[int]:
+    return set(v) if isinstance(v, list) else ({v} if v is not None else set())
 
 
-def _ids(v: Any) -> set[int]:
-    if isinstance(v, bool):
-        return set()
-    if isinstance(v, int):
-        return {v}
-    if isinstance(v, list):
-        return {x for x in v if isinstance(x, int) and not isinstance(x, bool)}
-    return set()
-
-
-def _token_text(v: Any) -> str | None:
-    if isinstance(v, dict):
-        v = v.get("content")
-    return v if isinstance(v, str) else None
-
-
-def tokenizer_findings(store: Store, config: Mapping[str, Any]) -> list[Finding]:
+def tokenizer_findings(store: Store, config: ModelConfig) -> list[Finding]:
     """Tokenizer present and loadable; eos/pad consistent; chat template present."""
     out: list[Finding] = []
     present = [f for f in TOKENIZER_FILES if store.exists(f)]
@@ -119,12 +98,11 @@ def tokenizer_findings(store: Store, config: Mapping[str, Any]) -> list[Finding]
         except Exception as e:  # any parse failure is the finding  # noqa: BLE001
             out.append(finding("TOKENIZER_UNREADABLE", f"tokenizer.json cannot be loaded ({str(e).splitlines()[0][:120]})",
                                "re-download tokenizer.json from the original model"))
-    tcfg = _json(store, "tokenizer_config.json") or {}
-    gen = _json(store, "generation_config.json") or {}
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    tcfg = read_side_file(store, TOKENIZER_CONFIG).value or TokenizerConfig()
+    gen = read_side_file(store, GENERATION_CONFIG).value or GenerationConfig()
     if vocab is not None:
-        out += _eos_pad(config, text, gen, tcfg, vocab)
-    has_template = bool(tcfg.get("chat_template")) or any(store.exists(f) for f in CHAT_TEMPLATE_FILES)
+        out += _eos_pad(config, gen, tcfg, vocab)
+    has_template = bool(tcfg.chat_template) or any(store.exists(f) for f in CHAT_TEMPLATE_FILES)
     if not has_template:
         out.append(finding("CHAT_TEMPLATE_MISSING", "no chat template (tokenizer_config.json chat_template or "
                            "chat_template.jinja): chat use in mlx-lm and the runtimes fails or formats wrongly",
@@ -132,14 +110,13 @@ def tokenizer_findings(store: Store, config: Mapping[str, Any]) -> list[Finding]
     return out
 
 
-def _eos_pad(config: Mapping[str, Any], text: Mapping[str, Any], gen: Mapping[str, Any],
-             tcfg: Mapping[str, Any], vocab: Mapping[str, int]) -> list[Finding]:
+def _eos_pad(config: ModelConfig, gen: GenerationConfig, tcfg: TokenizerConfig, vocab: Mapping[str, int]) -> list[Finding]:
     ntok = max(vocab.values(), default=-1) + 1
     declared = {
-        "config.json eos_token_id": _ids(config.get("eos_token_id")) | _ids(text.get("eos_token_id")),
-        "generation_config.json eos_token_id": _ids(gen.get("eos_token_id")),
-        "config.json pad_token_id": _ids(config.get("pad_token_id")) | _ids(text.get("pad_token_id")),
-        "generation_config.json pad_token_id": _ids(gen.get("pad_token_id")),
+        "config.json eos_token_id": config.token_ids("eos_token_id"),
+        "generation_config.json eos_token_id": _ids(gen.eos_token_id),
+        "config.json pad_token_id": config.token_ids("pad_token_id"),
+        "generation_config.json pad_token_id": _ids(gen.pad_token_id),
     }
     fix = "make eos_token_id / pad_token_id in config.json and generation_config.json name the tokenizer's tokens"
     out: list[Finding] = []
@@ -150,7 +127,7 @@ def _eos_pad(config: Mapping[str, Any], text: Mapping[str, Any], gen: Mapping[st
                                f"have ({ntok} tokens)", fix, severity=ERROR))
     if out:
         return out
-    eos_text, pad_text = _token_text(tcfg.get("eos_token")), _token_text(tcfg.get("pad_token"))
+    eos_text, pad_text = TokenizerConfig.text(tcfg.eos_token), TokenizerConfig.text(tcfg.pad_token)
     eos_tok = vocab.get(eos_text) if eos_text else None
     pad_tok = vocab.get(pad_text) if pad_text else None
     if eos_text and eos_tok is None:

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map
 
-from ..errors import RefusedError
+from ..errors import MtpforgeError, RefusedError
 from ..families import FAMILIES
 
 HIDDEN_VARIANTS = ("pre", "post")
@@ -136,10 +136,13 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
 
     try:
         model, config = load_model(path, get_model_classes=classes)
-    except (ValueError, FileNotFoundError) as e:
-        raise RefusedError(f"mlx-lm cannot load the backbone of {path}: {e}",
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except MtpforgeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - mlx-lm reads the folder's files itself; what it cannot use is the folder's defect
+        what = str(e).splitlines()[0][:200] if str(e) else ""
+        raise RefusedError(f"mlx-lm cannot load the backbone of {path}: {e.__class__.__name__}: {what}",
                            f"run `mtpforge inspect {path}` to see what is wrong with the folder") from None
-    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     lm_module = model
     for attr in spec.lm_module_path:
         lm_module = getattr(lm_module, attr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..inputs.model_config import as_config
 from . import FAMILIES
 from .spec import FamilySpec
 from .tables import is_moe
@@ -16,12 +17,12 @@ def detect_family(config: Mapping[str, Any]) -> str | None:
     model_type says; an unknown model_type is refused (None) even when the tensors look
     familiar — guessing a family is how heads get written into the wrong model.
     """
-    mt = config.get("model_type")
-    tc = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
-    cands = [s for s in FAMILIES.values() if mt in s.model_types and (s.nested_text_config or tc is None)]
-    if not cands and tc is not None:
-        cands = [s for s in FAMILIES.values() if tc.get("model_type") in s.text_model_types]
-    return _pick(cands, is_moe(config))
+    cfg = as_config(config)
+    mt, nested = cfg.model_type, cfg.nested
+    cands = [s for s in FAMILIES.values() if mt in s.model_types and (s.nested_text_config or not nested)]
+    if not cands and nested:
+        cands = [s for s in FAMILIES.values() if cfg.text_model_type in s.text_model_types]
+    return _pick(cands, is_moe(cfg))
 
 
 def _pick(cands: list[FamilySpec], moe: bool) -> str | None:

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from ..errors import CorruptFileError
+from ..inputs.model_config import as_config
 from .qwen3_5 import QWEN3_5
 from .spec import FamilySpec, Role, Row
 
@@ -41,62 +42,49 @@ NORM_SUFFIXES: tuple[str, ...] = tuple(_norm_suffix(r) for r in (
 
 def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The language model's config: nested ``text_config`` (Qwen3.5/3.6) or the flat config."""
-    tc = config.get("text_config")
-    return dict(tc) if isinstance(tc, dict) else dict(config)
-
-
-#: no released dimension comes near this; a config beyond it is hostile or corrupt, and sizes
-#: computed from it would ask for absurd memory
-MAX_DIM = 1 << 24
-MAX_MTP_LAYERS = 64
-
-
-def config_int(tc: Mapping[str, Any], key: str, default: int | None = None, *, lo: int = 0, hi: int = MAX_DIM) -> int:
-    """An integer config value, strictly: JSON numbers like NaN, 1e30, true or "64" are refused
-    with one clear error rather than crashing a computation later."""
-    v = tc.get(key)
-    if v is None:
-        if default is not None:
-            return default
-        raise CorruptFileError(f"config.json has no {key}", "pass a config.json of a Qwen3.5, Qwen3.6 or Qwen3-Next model")
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        raise CorruptFileError(f"config.json: {key} is {v!r}, not an integer in {lo}..{hi}",
-                               "repair config.json (or re-download it)")
-    return v
+    return dict(as_config(config).text_raw)
 
 
 def dims(config: Mapping[str, Any]) -> dict[str, int]:
-    """Config dimensions that the shape templates use."""
-    tc = text_config(config)
-    k = _spec_for(config).dim_keys
-    h = config_int(tc, k["H"], lo=1)
-    nh = config_int(tc, k["NH"], lo=1)
-    d = config_int(tc, k["D"], 0) or h // nh
-    kv = config_int(tc, k["KV"], nh)
-    im = config_int(tc, k["IM"], 0)
+    """Config dimensions that the shape templates use (validated when config.json was read)."""
+    cfg = as_config(config)
+    k = _spec_for(cfg).dim_keys
+
+    def v(name: str, default: int | None = None) -> int:
+        got = getattr(cfg.text, k[name], None)
+        if got is None:
+            if default is None:
+                raise CorruptFileError(f"{cfg.file} has no {k[name]}",
+                                       "pass a config.json of a Qwen3.5, Qwen3.6 or Qwen3-Next model")
+            return default
+        return got
+
+    h, nh = v("H"), v("NH")
+    d = v("D", 0) or h // nh
+    kv = v("KV", nh)
+    im = v("IM", 0)
     return {
         "H": h, "2H": 2 * h, "D": d, "QD": nh * d, "2QD": 2 * nh * d, "KD": kv * d,
-        "I": config_int(tc, k["I"], 0),
-        "E": config_int(tc, k["E"], 0), "IM": im, "2IM": 2 * im,
-        "IS": config_int(tc, k["IS"], 0), "1": 1,
-        "V": config_int(tc, k["V"], 0),
+        "I": v("I", 0), "E": v("E", 0), "IM": im, "2IM": 2 * im,
+        "IS": v("IS", 0), "1": 1, "V": v("V", 0),
     }
 
 
 def is_moe(config: Mapping[str, Any]) -> bool:
-    return config_int(text_config(config), "num_experts", 0) > 0
+    return (as_config(config).text.num_experts or 0) > 0
 
 
 def declared_mtp_layers(config: Mapping[str, Any], family: str | None) -> int:
     """How many MTP layers the config declares (0 when it declares none)."""
     from . import FAMILIES
 
-    tc = text_config(config)
+    cfg = as_config(config)
     keys = FAMILIES[family].count_keys if family in FAMILIES else ("mtp_num_hidden_layers", "num_nextn_predict_layers")
     for k in keys:
-        for where in (tc, config):
-            if where.get(k) is not None and config_int(where, k, hi=MAX_MTP_LAYERS) > 0:
-                return where[k]
+        for level in (cfg.text, cfg.top):
+            n = getattr(level, k, None)
+            if n:
+                return n
     return 0
 
 

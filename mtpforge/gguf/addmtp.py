@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import InputError, RefusedError
+from ..errors import InputError, MtpforgeError, RefusedError
+from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
+from ..model_card import CARD, card_beside, write_atomic
 from ..progress import Progress
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
@@ -96,24 +98,54 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
     return g, family
 
 
-def _existing(dest: Path, fingerprint: dict[str, Any], force: bool) -> str | None:
-    """'same' when dest holds exactly what this run would write; raises on a foreign file."""
+def _existing(g: "_GgufPlan", force: bool) -> str | None:
+    """'same' when dest holds exactly what this run would write, or the head this run would write
+    for another quantization of the same model (the head does not depend on the trunk's type);
+    'serves-recorded' when that trunk was just added to the head's record; raises on a foreign
+    file."""
+    dest = g.dest
     if not dest.exists() and not dest.is_symlink():
         return None
-    mp = manifest_path(dest)
-    m: dict[str, Any] | None = None
-    if mp.is_file():
-        try:
-            m = json.loads(mp.read_text("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            m = None
-    if m and m.get("fingerprint") == fingerprint and dest.is_file() and not dest.is_symlink() \
-            and file_sha256(dest) == m.get("file_sha256"):
+    m, bad = read_gguf_manifest(manifest_path(dest))
+    intact = m is not None and dest.is_file() and not dest.is_symlink() and file_sha256(dest) == m.file_sha256
+    if intact and m is not None and m.fingerprint == g.fingerprint:
+        return "same"
+    if intact and m is not None and _serves(m, g, dest):
+        if g.trunk.path is not None and g.trunk.path.name not in gguf_trunk_files(m):
+            _record_trunk(manifest_path(dest), g)
+            return "serves-recorded"
         return "same"
     if force:
         return None
-    what = "was written by mtpforge from another source, trunk or options" if m else "was not written by mtpforge"
+    what = (f"has a manifest that cannot be trusted ({bad.message})" if bad is not None
+            else "was written by mtpforge from another source, trunk or options" if m else "was not written by mtpforge")
     raise RefusedError(f"{dest} exists and {what}", "pass --force to replace it, or --output another path")
+
+
+def _serves(m: GgufManifestFile, g: "_GgufPlan", dest: Path) -> bool:
+    """The head in ``dest`` is this run's for another trunk of the same model: same source and
+    options, and every tensor it shares with the trunk has this trunk's shape."""
+    from .inspect import check_head_file
+
+    fp = m.fingerprint or {}
+    if fp.get("source") != g.fingerprint["source"] or fp.get("options") != g.fingerprint["options"]:
+        return False
+    try:
+        head = read_local(dest)
+    except MtpforgeError:
+        return False
+    found, _ = check_head_file(head, g.trunk, dest.name)
+    return not any(f.severity == "error" for f in found)
+
+
+def _record_trunk(mp: Path, g: "_GgufPlan") -> None:
+    """Add this trunk to the head's record (what inspect and verify pair the head with)."""
+    obj = json.loads(mp.read_text("utf-8"))
+    first = obj.get("trunk")
+    trunks = list(obj.get("trunks") or ([first] if isinstance(first, dict) else []))
+    trunks.append(trunk_fingerprint(g.trunk))
+    obj["trunks"] = trunks
+    _write_json(mp, obj)
 
 
 def add_mtp_gguf(
@@ -132,15 +164,22 @@ def add_mtp_gguf(
     prog = Progress(enabled=progress)
     g = _plan(source, target, row, parse_precision(precision), revision, output, prog)
     if dry_run:
-        g.report.update(dry_run=True, status="planned", files_to_write=[str(g.dest), str(manifest_path(g.dest))],
+        g.report.update(dry_run=True, status="planned",
+                        files_to_write=[str(g.dest), str(manifest_path(g.dest)), str(g.dest.parent / CARD)],
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
                         fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
                         fetch_requests=None if g.src.local else _planned_requests(g.to_fetch),
                         peak_memory_estimate=_peak_estimate(g.plan),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
         return g.report
-    if _existing(g.dest, g.fingerprint, force) == "same":
+    existing = _existing(g, force)
+    if existing == "same":
         g.report.update(status="already-present", files_written=[])
+        return g.report
+    if existing == "serves-recorded":
+        g.report.update(status="already-present", files_written=[str(manifest_path(g.dest))])
+        g.report["notes"].append(f"{g.dest.name} already holds this head (written for another quantization of the model; "
+                                 f"the head does not depend on the trunk's type): its record now names {g.trunk.name} too")
         return g.report
     _write(g, source, fetch, progress, prog)
     return g.report
@@ -232,6 +271,7 @@ def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress
     else:
         kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp)
     manifest = _manifest(g, source)
+    card, card_record, note = _card(g, manifest)
 
     def commit(sha: str, tmp: Path) -> None:
         check = read_local(tmp)
@@ -241,13 +281,31 @@ def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress
             raise RefusedError("the written GGUF does not read back as planned; nothing was changed",
                                "report this with `mtpforge env` output")
         manifest["file_sha256"] = sha
+        if card_record is not None:
+            manifest["model_card"] = card_record
+        # the record first: it then vouches for the card whatever moment a kill interrupts
         _write_json(manifest_path(dest), manifest)
+        if card is not None:
+            write_atomic(dest.parent / CARD, card)
 
     prog.step(f"writing {dest.name} ({g.row.name})")
     with prog.bytes_bar("writing", sum(t.nbytes for t in out)) as advance:
         write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
-    g.report.update(status="written", files_written=[str(dest), str(manifest_path(dest))])
+    g.report.update(status="written", files_written=[str(dest), str(manifest_path(dest))]
+                    + ([str(dest.parent / CARD)] if card is not None else []))
+    g.report["notes"] += [note] if note else []
     prog.done(f"wrote {dest} — run: {g.report['run']}")
+
+
+def _card(g: _GgufPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
+    """The model card of the head's folder (a GGUF repo's README is its card), with the record
+    that proves it; the section of the head this run replaces is rewritten in place."""
+    old, _ = read_gguf_manifest(manifest_path(g.dest))
+    recorded = old.model_card.model_dump(exclude_unset=True) if old is not None and old.model_card is not None else None
+    view = {**manifest, "expert_format": manifest["expert_format"]["written"]}
+    run = (f"llama-server -m {g.trunk.name} -md {g.dest.name}" if g.row.beside_trunk else f"llama-server -m {g.dest.name}")
+    closing = f"Run it with `{run} --spec-type draft-mtp`; check it with `mtpforge inspect <trunk>.gguf`."
+    return card_beside(g.dest.parent, view, ("shifted (+1, as llama.cpp's converter writes them)", closing), recorded)
 
 
 def _manifest(g: _GgufPlan, source: str) -> dict[str, Any]:

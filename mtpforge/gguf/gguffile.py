@@ -77,11 +77,55 @@ class GgufFile:
         return sum(t.nbytes for t in self.tensors.values())
 
 
+#: no GGUF dimension or count mtpforge reads comes near these (as for config.json)
+MAX_DIM = 1 << 24
+MAX_TENSOR_DIM = 2**31 - 1
+
+_DIM = (f"an integer in 0..{MAX_DIM}", lambda v: _int(v) and 0 <= v <= MAX_DIM)
+_DIMS = (f"an integer in 0..{MAX_DIM}, or a list of them",
+         lambda v: _DIM[1](v) or (isinstance(v, list) and all(_DIM[1](x) for x in v)))
+_STR = ("a string", lambda v: isinstance(v, str))
+#: metadata keys mtpforge reads, with what each must be (``{arch}`` is the file's architecture)
+META: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "general.architecture": _STR,
+    "general.alignment": ("a power of two", lambda v: _int(v) and 0 < v <= 1 << 16 and v & (v - 1) == 0),
+    "general.file_type": ("an integer >= 0", lambda v: _int(v) and v >= 0),
+    **{f"general.{k}": _STR for k in ("name", "basename", "finetune", "version", "size_label")},
+    "{arch}.block_count": _DIM,
+    "{arch}.nextn_predict_layers": ("an integer in 0..64", lambda v: _int(v) and 0 <= v <= 64),
+    **{f"{{arch}}.{k}": _DIM for k in ("embedding_length", "attention.key_length", "expert_count",
+                                         "expert_feed_forward_length", "expert_shared_feed_forward_length")},
+    **{f"{{arch}}.{k}": _DIMS for k in ("attention.head_count", "attention.head_count_kv", "feed_forward_length")},
+    "{arch}.attention.recurrent_layers": ("a list of true/false", lambda v: isinstance(v, list) and all(isinstance(x, bool) for x in v)),
+}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_metadata(name: str, kv: dict[str, KV]) -> None:
+    """Every metadata value mtpforge reads has the type and range it reads it as (the GGUF file's
+    edge: a trunk whose ``block_count`` is a string is one line here, not a crash later)."""
+    from ..inputs.problems import describe
+
+    arch = kv["general.architecture"].value if "general.architecture" in kv else ""
+    arch = arch if isinstance(arch, str) else ""
+    for tmpl, (expected, ok) in META.items():
+        key = tmpl.format(arch=arch)
+        if key in kv and not ok(kv[key].value):
+            raise CorruptFileError(f"{name}: metadata {key} is {describe(kv[key].value)}, expected {expected}",
+                                   "re-convert the model with llama.cpp's converter (or re-download it)")
+
+
 def _parse(path: Path, name: str, size: int) -> GgufFile:
     try:
         r = gguf.GGUFReader(path, "r")
-    except (ValueError, KeyError, IndexError, OSError, AssertionError, UnicodeDecodeError) as e:
-        raise CorruptFileError(f"{name} is not a readable GGUF file ({e.__class__.__name__}: {e})",
+    except (MemoryError, RecursionError):
+        raise CorruptFileError(f"{name} is not a readable GGUF file (its header asks for more than it holds)",
+                               "re-download or re-convert it") from None
+    except Exception as e:  # noqa: BLE001 - gguf-py parsing an untrusted file: whatever it raises, the file is damaged
+        raise CorruptFileError(f"{name} is not a readable GGUF file ({e.__class__.__name__}: {str(e)[:160]})",
                                "re-download or re-convert it") from None
     kv: dict[str, KV] = {}
     for k, f in r.fields.items():
@@ -93,9 +137,13 @@ def _parse(path: Path, name: str, size: int) -> GgufFile:
             val = None
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
         kv[k] = KV(val, f.types[0], sub)
+    check_metadata(name, kv)
     tensors = {}
     for t in r.tensors:
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
+        if any(d > MAX_TENSOR_DIM for d in shape):
+            raise CorruptFileError(f"{name}: tensor {t.name} has shape {list(shape)}, expected dimensions of at most "
+                                   f"{MAX_TENSOR_DIM}", "re-download or re-convert it")
         tensors[t.name] = GgufTensor(t.name, gguf.GGMLQuantizationType(int(t.tensor_type)), shape,
                                      int(t.data_offset), int(t.n_bytes))
     align = int(kv["general.alignment"].value) if "general.alignment" in kv else gguf.GGUF_DEFAULT_ALIGNMENT

@@ -9,7 +9,6 @@ are compared exactly with the source's. A Hub repo is read by range requests, he
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..findings import Finding, finding
+from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
@@ -151,12 +151,9 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
     return "mixed", "source", out
 
 
-def _manifest(p: Path) -> dict[str, Any] | None:
-    mp = p.with_name(p.name + MANIFEST_SUFFIX)
-    try:
-        return json.loads(mp.read_text("utf-8")) if mp.is_file() else None
-    except (ValueError, UnicodeDecodeError):
-        return None
+def _manifest(p: Path) -> GgufManifestFile | None:
+    """The head's record, validated (a damaged one is no record: the head is judged by itself)."""
+    return read_gguf_manifest(p.with_name(p.name + MANIFEST_SUFFIX))[0]
 
 
 def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
@@ -201,9 +198,12 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
             entry.update(sinfo)
             m = _manifest(sp)
             entry["written_by"] = "mtpforge" if m else None
-            entry["for_trunk"] = (m or {}).get("trunk", {}).get("file")
+            entry["for_trunk"] = m.trunk.file if m and m.trunk else None
+            serves = gguf_trunk_files(m) if m else set()
+            if len(serves) > 1:
+                entry["for_trunks"] = sorted(serves)
             siblings.append(entry)
-            if m and entry["for_trunk"] not in (None, p.name):
+            if serves and p.name not in serves:
                 continue  # mtpforge wrote it for another trunk in this folder: not this one's head
             findings += f
             if head is None:

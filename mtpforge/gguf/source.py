@@ -9,7 +9,8 @@ from typing import Any
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.store import LocalStore, Store
 from ..errors import RefusedError
-from ..families.tables import declared_mtp_layers, dims, text_config
+from ..families.tables import declared_mtp_layers, dims
+from ..inputs.model_config import as_config
 from ..layouts.detect import locate_head
 from ..plan import validate_source_head
 from .gguffile import GgufFile
@@ -48,12 +49,12 @@ def check_trunk_matches(trunk: GgufFile, src: SourceHead, n_trunk: int) -> None:
     if ARCH[src.family] != trunk.arch:
         raise RefusedError(f"source is {src.family} (llama.cpp {ARCH[src.family]}) but the trunk is {trunk.arch}",
                            "pass the original checkpoint of the trunk's model as --source")
-    tc, d = text_config(src.config), dims(src.config)
+    tc, d = as_config(src.config).text, dims(src.config)
     checks = [
         ("embedding_length", "{arch}.embedding_length", d["H"]),
-        ("layer count", None, int(tc.get("num_hidden_layers", -1))),
-        ("attention heads", "{arch}.attention.head_count", int(tc.get("num_attention_heads", -1))),
-        ("kv heads", "{arch}.attention.head_count_kv", int(tc.get("num_key_value_heads", -1))),
+        ("layer count", None, tc.num_hidden_layers),
+        ("attention heads", "{arch}.attention.head_count", tc.num_attention_heads),
+        ("kv heads", "{arch}.attention.head_count_kv", tc.num_key_value_heads),
         ("head dim", "{arch}.attention.key_length", d["D"]),
         ("expert count", "{arch}.expert_count", d["E"] or None),
     ]

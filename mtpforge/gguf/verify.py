@@ -8,12 +8,12 @@ wrote for it, else the only one there).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError, RefusedError
+from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import read_local
@@ -25,13 +25,9 @@ def find_mtp_file(trunk: Path) -> Path | None:
     trunk), else the only ``mtp-*.gguf`` in the folder."""
     cands = sorted(p for p in trunk.parent.glob("mtp-*.gguf") if p.is_file())
     for p in cands:
-        mp = p.with_name(p.name + MANIFEST_SUFFIX)
-        if mp.is_file():
-            try:
-                if json.loads(mp.read_text("utf-8")).get("trunk", {}).get("file") == trunk.name:
-                    return p
-            except (ValueError, UnicodeDecodeError, AttributeError):
-                continue
+        m, _ = read_gguf_manifest(p.with_name(p.name + MANIFEST_SUFFIX))
+        if m is not None and trunk.name in gguf_trunk_files(m):
+            return p
     return cands[0] if len(cands) == 1 else None
 
 

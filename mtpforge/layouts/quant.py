@@ -10,27 +10,21 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..checkpoint.safetensors_header import TensorInfo
-from ..errors import CorruptFileError
-from ..families.tables import config_int
+from ..inputs.model_config import as_config
+from ..passes.quantize import QSpec
 
 _ST_TO_NAME = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 def quant_defaults(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The default ``{bits, group_size, mode}`` of a quantized MLX model, else None."""
-    q = config.get("quantization") or config.get("quantization_config")
-    if q is not None and not isinstance(q, dict):
-        raise CorruptFileError(f"config.json: quantization is {q!r}, not an object",
-                               "repair config.json (mlx-lm writes {\"group_size\": G, \"bits\": B, ...})")
-    if not isinstance(q, dict) or "bits" not in q:
-        return None
-    return {"bits": config_int(q, "bits", lo=1, hi=8), "group_size": config_int(q, "group_size", 64, lo=1),
-            "mode": str(q.get("mode", "affine"))}
+    """The default ``{bits, group_size, mode}`` of a quantized MLX model, else None (also when
+    the config's quantization does not validate: that is a problem of the config, see inputs)."""
+    return as_config(config).quant_dict()
 
 
-def per_path_entries(config: Mapping[str, Any]) -> dict[str, Any]:
-    q = config.get("quantization") or config.get("quantization_config") or {}
-    return {k: v for k, v in q.items() if isinstance(v, (dict, bool))} if isinstance(q, dict) else {}
+def module_quant(config: Mapping[str, Any]) -> dict[str, QSpec | bool]:
+    """Per-module entries of the config's quantization: a (merged) spec, or true / false."""
+    return dict(as_config(config).quant_modules)
 
 
 def stored_precision(
@@ -66,18 +60,12 @@ def expected_precision(
 ) -> dict[str, Any] | None:
     """What the loader builds for a module: a per-path entry wins; else quantized iff
     ``.scales`` exists, with the default bits (docs/SPEC.md §4). None means unquantized."""
-    entries = per_path_entries(config)
-    default = quant_defaults(config)
-    if runtime_path in entries:
-        e = entries[runtime_path]
-        if e is False:
-            return None
-        if isinstance(e, dict):
-            return {
-                "bits": int(e.get("bits", default["bits"] if default else 4)),
-                "group_size": int(e.get("group_size", default["group_size"] if default else 64)),
-                "mode": e.get("mode", default["mode"] if default else "affine"),
-            }
+    cfg = as_config(config)
+    e = cfg.quant_modules.get(runtime_path)
+    if e is False:
+        return None
+    if isinstance(e, QSpec):
+        return {"bits": e.bits, "group_size": e.group_size, "mode": e.mode}
     if has_scales:
-        return dict(default) if default else {"bits": None, "group_size": None, "mode": "affine"}
+        return cfg.quant_dict() or {"bits": None, "group_size": None, "mode": "affine"}
     return None

@@ -46,6 +46,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     """The head of ``target`` (or of its ``<target>-mtp-drafter`` sibling), canonical."""
     folder = Path(target)
     cat = load_catalogue(LocalStore(folder))
+    cat.refuse_damage("model")
     family = detect_family(cat.config)
     if family is None:
         raise RefusedError(f"{folder} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model", "pass an MLX model folder")
@@ -58,6 +59,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
                 if declared else "MTP_HEAD_MISSING: the folder has no MTP head")
         raise RefusedError(what, f"mtpforge add-mtp --source <original Hugging Face repo> --target {folder}",
                            code="MTP_CONFIG_WITHOUT_WEIGHTS" if declared else "MTP_HEAD_MISSING")
+    cat.refuse_invalid()
     tensors = read_entries(cat, loc.entries)
     notes = []
     if loc.layout == "hf":
@@ -68,6 +70,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     expected = expected_head(cat.config, n_layers, "switch_mlp" if fmt != "none" else None)
     if fmt in ("per-expert", "fused"):
         tensors = to_switch_mlp(tensors)
+    _check_fits(folder, tensors, expected)
     quant: dict[str, dict[str, Any]] = {}
     for k in list(tensors):
         if k.endswith(".scales"):
@@ -78,3 +81,32 @@ def load_head_weights(target: str | Path) -> HeadWeights:
             mode = "affine" if mod + ".biases" in tensors else {16: "nvfp4"}.get(group, "mxfp8" if w.shape[-1] * 32 // n == 8 else "mxfp4")
             quant[mod] = {"bits": w.shape[-1] * 32 // n, "group_size": group, "mode": mode}
     return HeadWeights(tensors, quant, text_config(cat.config), family, loc.layout, folder, notes)
+
+
+def _check_fits(folder: Path, tensors: dict[str, mx.array], expected: dict[str, tuple[int, ...]]) -> None:
+    """The head's modules and shapes are the ones this model's config implies (a head of
+    another model — an MoE head beside a dense backbone, another size — is one line, not a
+    KeyError in the decoder)."""
+    from ..checks.structure import modules
+
+    fix = f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with `mtpforge add-mtp --force`"
+    stored, wanted = set(modules(list(tensors))), set(modules(list(expected)))
+    if stored != wanted:
+        extra, missing = sorted(stored - wanted), sorted(wanted - stored)
+        what = f"it has {extra[0]}, which the config does not imply" if extra else f"it lacks {missing[0]}"
+        raise RefusedError(f"MTP_UNEXPECTED_TENSORS: the MTP head in {folder} does not fit this model's config ({what}): "
+                           "a head of another model?", fix, code="MTP_UNEXPECTED_TENSORS")
+    for mod in sorted(wanted):
+        want = expected.get(f"{mod}.weight") or expected[mod]
+        w = tensors.get(f"{mod}.weight") if f"{mod}.weight" in tensors else tensors[mod]
+        sc = tensors.get(f"{mod}.scales")
+        if sc is None:
+            ok = tuple(w.shape) == tuple(want)
+        else:
+            n, groups = want[-1], sc.shape[-1] if sc.ndim else 0
+            ok = (tuple(w.shape[:-1]) == tuple(want[:-1]) and tuple(sc.shape[:-1]) == tuple(want[:-1]) and n > 0
+                  and groups > 0 and n % groups == 0 and (w.shape[-1] * 32) % n == 0 and w.shape[-1] * 32 // n in range(1, 9))
+        if not ok:
+            raise RefusedError(f"MTP_SHAPE_MISMATCH: the MTP head in {folder} does not fit this model's config: {mod} is "
+                               f"{list(w.shape)}, the config implies {list(want)} (a head of another model size?)",
+                               fix, code="MTP_SHAPE_MISMATCH")

@@ -50,16 +50,18 @@ def updated_config(
     return cfg
 
 
-def updated_index(index: Mapping[str, Any] | None, file: str, keys: list[str], nbytes: int) -> dict[str, Any]:
-    """The index with the head's keys pointing at ``file`` and total_size grown by its bytes."""
+def updated_index(index: Mapping[str, Any] | None, file: str, keys: list[str], nbytes: int,
+                  total_size: int | None = None) -> dict[str, Any]:
+    """The index with the head's keys pointing at ``file`` and ``total_size`` (the validated
+    value of the index's ``metadata.total_size``, when it has one) grown by its bytes."""
     idx = copy.deepcopy(dict(index)) if index else {"metadata": {}, "weight_map": {}}
     wm = dict(idx.get("weight_map") or {})
     for k in keys:
         wm[k] = file
     idx["weight_map"] = dict(sorted(wm.items()))
     meta = dict(idx.get("metadata") or {})
-    if "total_size" in meta:
-        meta["total_size"] = int(meta["total_size"]) + nbytes
+    if total_size is not None:
+        meta["total_size"] = total_size + nbytes
     idx["metadata"] = meta
     return idx
 
