@@ -22,7 +22,7 @@ Number = Union[StrictInt, StrictFloat]
 
 class _Rec(BaseModel):
     # what a newer mtpforge adds is kept and ignored
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, protected_namespaces=())
 
 
 class SourceRec(_Rec):

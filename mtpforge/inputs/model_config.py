@@ -50,7 +50,7 @@ class _Core(BaseModel):
     """What decides whether mtpforge can read the model: one level of the config (the top, or
     the nested ``text_config``)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     model_type: Optional[StrictStr] = Field(None, description="a string")
     hidden_size: Optional[Dim1] = Field(None, description=_DIM1)
@@ -71,7 +71,7 @@ class _Soft(BaseModel):
     """What some commands rely on (stop/pad ids, float dtype): a bad value is a problem of the
     folder, reported by inspect and refused by the commands that use it."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     eos_token_id: Optional[TokenIds] = Field(None, description=_IDS)
     pad_token_id: Optional[TokenIds] = Field(None, description=_IDS)
@@ -81,7 +81,7 @@ class _Soft(BaseModel):
 
 
 class _QuantEntry(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     bits: Optional[StrictInt] = Field(None, description="an integer number of bits (2, 3, 4, 5, 6 or 8)")
     group_size: Optional[StrictInt] = Field(None, description="an integer group size (32, 64 or 128)")

@@ -26,7 +26,7 @@ _TOKEN = "a token's text, or an object with its \"content\""
 
 
 class GenerationConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     eos_token_id: Optional[TokenIds] = Field(None, description=_IDS)
     pad_token_id: Optional[TokenIds] = Field(None, description=_IDS)
@@ -34,13 +34,13 @@ class GenerationConfig(BaseModel):
 
 
 class _AddedToken(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     content: StrictStr
 
 
 class _NamedTemplate(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     name: StrictStr
     template: StrictStr
@@ -50,7 +50,7 @@ Token = Union[StrictStr, _AddedToken]
 
 
 class TokenizerConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
 
     eos_token: Optional[Token] = Field(None, description=_TOKEN)
     pad_token: Optional[Token] = Field(None, description=_TOKEN)
