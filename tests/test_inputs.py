@@ -159,6 +159,32 @@ def test_verify_on_a_folder_holding_another_models_head_is_one_line(synth, tmp_p
     assert tree_state(root) == before
 
 
+@pytest.mark.parametrize("command", ["verify", "repair-norms"])
+def test_a_head_module_whose_weight_is_gone_but_scales_remain_is_one_line(synth, tmp_path, command) -> None:
+    """A quantized module listed by its scales and biases but not its weight (a header edited by
+    hand, found by the 2,000-example fuzz run): inspect's quantization check and verify's fit
+    check met a module with no weight."""
+    from mtpforge.pipeline import add_mtp
+
+    root, src, tgt = _case(synth, tmp_path)
+    add_mtp(source=str(src), target=str(tgt), progress=False)
+    header, data = split_st(tgt / "mtp.safetensors")
+    obj = json.loads(header)
+    gone = next(k for k in obj if k.endswith("k_proj.weight"))
+    assert gone[: -len("weight")] + "scales" in obj
+    del obj[gone]
+    put_st(tgt / "mtp.safetensors", json.dumps(obj).encode(), data)
+    before = tree_state(root)
+    r = cli(["inspect", str(tgt), "--json"], root)
+    assert r.returncode == 1 and {"MTP_MISSING_TENSORS", "INDEX_INCONSISTENT"} & set(_findings(r))
+    if command == "verify":
+        _one_line(cli(["verify", str(tgt)], root), 1, "it lacks", "k_proj")
+    else:
+        r = cli(["repair-norms", str(tgt)], root)
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert tree_state(root) == before
+
+
 def test_a_head_tensor_of_an_empty_but_impossible_shape_is_a_damaged_file(synth, tmp_path) -> None:
     """[0, 2^63] spans zero bytes (the header's sizes agree) but no framework can make it."""
     from mtpforge.pipeline import add_mtp

@@ -22,6 +22,11 @@ def modules(bare_keys: list[str]) -> list[str]:
     return sorted(out)
 
 
+def weighted_modules(bare_keys: list[str]) -> list[str]:
+    """Modules that hold their weight: scales and biases left behind by a lost weight do not make one."""
+    return modules([k for k in bare_keys if not k.endswith((".scales", ".biases"))])
+
+
 def check(ctx: InspectContext) -> list[Finding]:
     loc, fam, declared = ctx.loc, ctx.spec, ctx.declared
     out: list[Finding] = []
@@ -47,7 +52,7 @@ def check(ctx: InspectContext) -> list[Finding]:
     found_layers = {int(k.split(".")[1]) for k in bare_keys if k.startswith("layers.") and k.split(".")[1].isdigit()}
     n_layers = declared or (max(found_layers) + 1 if found_layers else 1)
     ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None)
-    stored, wanted = set(modules(bare_keys)), set(modules(list(ctx.expected)))
+    stored, wanted = set(weighted_modules(bare_keys)), set(modules(list(ctx.expected)))
     missing, unexpected = sorted(wanted - stored), sorted(stored - wanted)
     if missing:
         out.append(finding(

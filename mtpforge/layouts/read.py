@@ -87,10 +87,10 @@ def _check_fits(folder: Path, tensors: dict[str, mx.array], expected: dict[str, 
     """The head's modules and shapes are the ones this model's config implies (a head of
     another model — an MoE head beside a dense backbone, another size — is one line, not a
     KeyError in the decoder)."""
-    from ..checks.structure import modules
+    from ..checks.structure import modules, weighted_modules
 
     fix = f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with `mtpforge add-mtp --force`"
-    stored, wanted = set(modules(list(tensors))), set(modules(list(expected)))
+    stored, wanted = set(weighted_modules(list(tensors))), set(modules(list(expected)))
     if stored != wanted:
         extra, missing = sorted(stored - wanted), sorted(wanted - stored)
         what = f"it has {extra[0]}, which the config does not imply" if extra else f"it lacks {missing[0]}"
