@@ -265,3 +265,12 @@ def test_an_original_hugging_face_checkpoint_is_a_source_not_a_broken_folder() -
     assert out.returncode == 0, out.stderr
     fix = [line for line in out.stdout.splitlines() if line.startswith("fix (HF_SOURCE_CHECKPOINT):")]
     assert len(fix) == 1 and f"mtpforge add-mtp --source {src} --target <your MLX folder>" in fix[0], out.stdout
+
+
+def test_a_fix_never_names_a_local_source_by_its_bare_folder_name(make_hf, make_target):
+    """The manifest records a local source by its folder name only; a fix that passed that name as
+    --source would look for it in the working folder (or on the Hub), so it asks for the path."""
+    hf, tgt = _with_head(make_hf, make_target, layout="sidecar")
+    r = inspect_checkpoint(str(tgt), runtime="vllm-mlx")
+    fix = next(f["fix"] for f in r["findings"] if f["code"] == "LAYOUT_NOT_READ_BY_RUNTIME")
+    assert f"--source <path to {hf.name}> --target {tgt}" in fix

@@ -46,6 +46,15 @@ def _base_model(store: Store) -> str | None:
     return m.group(1) if m else None
 
 
+def _recorded_source(manifest: Optional[dict[str, Any]]) -> str | None:
+    """The source the manifest names, as a fix can pass it: a repo id as is; a local folder is
+    recorded by its name only, which is no path, so the hint asks for that folder's path."""
+    src = (manifest or {}).get("source")
+    if not isinstance(src, dict) or not isinstance(src.get("repo"), str) or not src["repo"]:
+        return None
+    return f"<path to {src['repo']}>" if src.get("local") else src["repo"]
+
+
 @dataclass
 class InspectContext:
     """The target as read once, the caller's options, and the report the checks fill in."""
@@ -114,7 +123,7 @@ def build_context(
     manifest, manifest_problem = read_manifest_hint(store) if use_manifest else (None, None)
     src_hint = (
         source
-        or ((manifest or {}).get("source") or {}).get("repo")
+        or _recorded_source(manifest)
         or _base_model(store)
         or "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
     )
