@@ -401,7 +401,9 @@ def _rewrite_gguf(path: Path, key: str, value: Any, vtype: Any, delete: bool) ->
         kv[key] = KV(value, vtype, sub)
     out = [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(g, t)) for n, t in g.tensors.items()]
     tmp = path.with_name("fuzz-" + path.name)
-    write_gguf(tmp, arch, kv, out)
+    # the declared alignment is the mutated value; the data stays laid out at the trunk's own
+    # (laying it out at 2^32 - 1 would take the harness 4 GB a tensor)
+    write_gguf(tmp, arch, kv, out, alignment=int(g.kv["general.alignment"].value) if "general.alignment" in g.kv else 32)
     os.replace(tmp, path)
 
 

@@ -85,10 +85,11 @@ def check_dest(dest: Path) -> None:
 
 def write_gguf(dest: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor],
                on_bytes: Callable[[int], None] | None = None,
-               before_commit: Callable[[str, Path], None] | None = None) -> str:
+               before_commit: Callable[[str, Path], None] | None = None, alignment: int | None = None) -> str:
     """Write ``dest`` atomically; returns the sha256 of the written file. ``before_commit(sha,
     tmp)`` runs on the complete temporary file before the rename (a check that raises leaves
-    ``dest`` as it was)."""
+    ``dest`` as it was). ``alignment`` lays the data out at another alignment than the one
+    ``general.alignment`` declares (only a damaged file does; the input tests make them)."""
     check_dest(dest)
     cleanup_tmp(dest.parent, dest.name)
     tmp = tmp_path_for(dest)
@@ -101,7 +102,9 @@ def write_gguf(dest: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor
             if v.value is None:
                 raise RefusedError(f"metadata {k} of the trunk could not be decoded", "re-convert the trunk GGUF")
             w.add_key_value(k, v.value, v.type, v.sub_type)
-        if "general.alignment" in kv:
+        if alignment is not None:
+            w.data_alignment = alignment
+        elif "general.alignment" in kv:
             w.data_alignment = int(kv["general.alignment"].value)
         for t in tensors:
             w.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.type)
