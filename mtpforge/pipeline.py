@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store
@@ -62,8 +63,7 @@ def read_source(source: str, revision: str | None, model: str) -> tuple[Store, C
     cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
     family = detect_family(cat.config)
     if family is None:
-        raise RefusedError(f"source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
-                           f"pass the original Hugging Face checkpoint of the {model}")
+        raise RefusedError(*not_handled(f"source {source}", cat.config, f"pass the original Hugging Face checkpoint of the {model}"))
     cat.refuse_damage("source")
     gone = sorted({f for f in (cat.index or {}).values() if not store.exists(f)}) if local else []
     if gone:
@@ -84,8 +84,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     cat.refuse_damage("target")
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {cat.config.get('model_type')!r})",
-                         "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models")
+        raise InputError(*not_handled(str(target), cat.config, "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models"))
     if cat.config.get("model_type") == DRAFTER_MODEL_TYPE:
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):

@@ -23,6 +23,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from .families.unhandled import not_handled
 from . import __version__
 from .checkpoint.catalogue import load_catalogue
 from .checkpoint.store import LocalStore
@@ -88,7 +89,7 @@ def repair_norms(
     cat = load_catalogue(LocalStore(folder))
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(f"{target} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint", "pass an MLX model folder")
+        raise InputError(*not_handled(str(target), cat.config, "pass an MLX model folder"))
     cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
     loc = locate_head(cat, family)
     if loc.layout not in BEHAVIOUR_LAYOUTS:

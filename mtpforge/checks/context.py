@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..families.unhandled import not_handled
 from ..checkpoint.catalogue import Catalogue, load_catalogue
 from ..checkpoint.store import LocalStore, Store
 from ..errors import InputError
@@ -115,10 +116,7 @@ def build_context(
     cat = load_catalogue(store)
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(
-            f"{store.name} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint (model_type {cat.config.get('model_type')!r})",
-            "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next",
-        )
+        raise InputError(*not_handled(store.name, cat.config, "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next"))
     loc = locate_head(cat, family)
     manifest, manifest_problem = read_manifest_hint(store) if use_manifest else (None, None)
     src_hint = (

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import mlx.core as mx
 
+from ..families.unhandled import not_handled
 from ..checkpoint.catalogue import head_shards, load_catalogue
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.store import LocalStore
@@ -117,8 +118,8 @@ def source_norms(source: str, revision: str | None, keys: list[str],
     src_family = detect_family(src_cat.config)
     if target_config is not None:
         if src_family is None:
-            raise InputError(f"--source {source} is not a Qwen3.5, Qwen3.6 or Qwen3-Next checkpoint",
-                             "pass the original Hugging Face checkpoint of this model as --source")
+            raise InputError(*not_handled(f"--source {source}", src_cat.config,
+                                          "pass the original Hugging Face checkpoint of this model as --source"))
         try:
             check_compatible(src_cat.config, target_config, src_family, detect_family(target_config) or src_family)
         except MtpforgeError as e:

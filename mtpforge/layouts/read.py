@@ -13,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from ..families.unhandled import not_handled
 from ..checkpoint.catalogue import load_catalogue
 from ..checkpoint.store import LocalStore
 from ..errors import RefusedError
@@ -49,7 +50,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     cat.refuse_damage("model")
     family = detect_family(cat.config)
     if family is None:
-        raise RefusedError(f"{folder} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model", "pass an MLX model folder")
+        raise RefusedError(*not_handled(str(folder), cat.config, "pass an MLX model folder"))
     loc = locate_head(cat, family)
     if loc.layout == "none" and drafter_folder(folder).is_dir():
         return load_head_weights(drafter_folder(folder))

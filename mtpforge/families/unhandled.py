@@ -1,0 +1,51 @@
+"""Configs no family spec claims, said in one line: a family that ships an MTP head mtpforge does
+not write yet is named, with what writes or drafts its head today, instead of "not a Qwen model"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """A family whose releases ship an MTP head that no spec in ``FAMILIES`` describes yet."""
+
+    title: str
+    model_types: tuple[str, ...]
+    #: what produces or drafts its head today (measured where docs/families/ has a page)
+    today: str
+
+
+UNWRITTEN: tuple[Unwritten, ...] = (
+    Unwritten("GLM-4.5 / 4.6 / 4.7", ("glm4_moe",),
+              "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint; "
+              "MTPLX's glm_mtp backend drafts from an mtp.safetensors of the source's model.layers.N tensors"),
+    Unwritten("GLM-4.7-Flash", ("glm4_moe_lite",),
+              "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint"),
+    Unwritten("Nemotron-H", ("nemotron_h",), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+    Unwritten("DeepSeek-V3.2", ("deepseek_v32",), "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint"),
+    Unwritten("MiMo-V2", ("mimo_v2_flash", "mimo_v2"), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+    Unwritten("Step-3.5", ("step3p5",), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+)
+
+
+def _model_type(config: Mapping[str, Any]) -> str:
+    tc = config.get("text_config")
+    inner = tc.get("model_type") if isinstance(tc, Mapping) else None
+    top = config.get("model_type")
+    return str(top if isinstance(top, str) and top else inner if isinstance(inner, str) else "")
+
+
+def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, str]:
+    """(message, fix) for ``what`` whose config no spec claims; ``fix`` is the caller's for a
+    model type nobody ships an MTP head for."""
+    from . import FAMILIES
+
+    mt = _model_type(config)
+    handled = ", ".join(sorted({t for s in FAMILIES.values() for t in s.model_types if not t.endswith("_mtp")}))
+    known = next((u for u in UNWRITTEN if mt in u.model_types), None)
+    if known is not None:
+        return (f"{what} is a {known.title} model (model_type {mt!r}), whose MTP head mtpforge does not write yet",
+                f"today {known.today}; mtpforge writes heads of the model types {handled}")
+    return f"{what} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {mt!r})", fix

@@ -1,0 +1,168 @@
+"""GLM-4.5 (``glm4_moe``), measured with the real programs before mtpforge writes a byte of it.
+
+The facts docs/families/glm4_moe.md states, each held by the program it is about: the tiny
+checkpoint (tests/support/synth/glm4_moe.py) is what llama.cpp's converter, ``mlx_lm.convert``
+and MTPLX's ``glm_mtp`` backend accept; ``mlx_lm.convert`` drops the NextN layer and keeps the
+declaration (the folder mtpforge will be asked to repair); the converter's ``--mtp`` file names
+and metadata; its norms are the source's bytes (raw: no offset); ``llama-server`` drafts with it
+and decodes exactly as without it; MTPLX reads a sidecar of the NextN layer in the source's own
+key names and drafts with output identical to its plain decode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import external, gguf_env
+
+DRIVERS = Path(__file__).resolve().parent / "conformance" / "drivers"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import setup_runtimes  # noqa: E402  (a script: standard library only)
+N = 2  # the tiny model's num_hidden_layers: the NextN layer is model.layers.2
+
+
+@pytest.fixture(scope="module")
+def glm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from tests.support.synth import convert_to_mlx
+    from tests.support.synth.glm4_moe import build_glm4_moe
+
+    root = tmp_path_factory.mktemp("glm4_moe")
+    src = build_glm4_moe(root / "tiny-glm4_moe")
+    mlx = convert_to_mlx(src, root / "tiny-glm4_moe-4bit", q_bits=4, q_group_size=32, dtype="float32")
+    return {"root": root, "src": src, "mlx": mlx}
+
+
+def _source_tensors(src: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    out: dict[str, np.ndarray] = {}
+    for f in sorted(src.glob("model*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def test_the_tiny_checkpoint_has_glm45s_nextn_layer(glm) -> None:
+    cfg = json.loads((glm["src"] / "config.json").read_text())
+    keys = set(_source_tensors(glm["src"]))
+    nextn = {k[len(f"model.layers.{N}."):] for k in keys if k.startswith(f"model.layers.{N}.")}
+    assert cfg["model_type"] == "glm4_moe" and cfg["num_nextn_predict_layers"] == 1 and cfg["num_hidden_layers"] == N
+    assert {"eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "shared_head.head.weight",
+            "embed_tokens.weight", "mlp.gate.weight", "mlp.gate.e_score_correction_bias",
+            "self_attn.q_proj.bias", "mlp.experts.3.down_proj.weight", "mlp.shared_experts.up_proj.weight"} <= nextn
+    assert not any(k.startswith(f"model.layers.{N + 1}.") for k in keys)
+
+
+def test_mlx_lm_convert_drops_the_nextn_layer_and_keeps_its_declaration(glm) -> None:
+    """The folder users have: config still says one NextN layer, no tensor of it is stored."""
+    from safetensors import safe_open
+
+    cfg = json.loads((glm["mlx"] / "config.json").read_text())
+    keys = [k for f in glm["mlx"].glob("model*.safetensors") for k in safe_open(str(f), "np").keys()]
+    assert cfg["num_nextn_predict_layers"] == 1 and cfg["quantization"]["bits"] == 4
+    assert keys and not any(k.startswith(f"model.layers.{N}.") for k in keys)
+
+
+@pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+def test_llama_cpp_mtp_export_names_metadata_and_raw_norms(glm) -> None:
+    """``--mtp`` writes the NextN block under ``blk.{N}`` (its own tensors as ``blk.{N}.nextn.*``)
+    with the trunk's token_embd / output_norm / output, block_count N + 1 and
+    ``glm4moe.nextn_predict_layers``; every tensor is the source's bytes (GLM's norms are raw)."""
+    from gguf import GGUFReader
+
+    mtp = gguf_env.official(glm["src"], "mtp", "f32", pre="glm4")
+    trunk = gguf_env.official(glm["src"], "trunk", "f32", pre="glm4")
+    r, t = GGUFReader(mtp), GGUFReader(trunk)
+    assert r.fields["general.architecture"].contents() == "glm4moe"
+    assert r.fields["glm4moe.block_count"].contents() == N + 1 and t.fields["glm4moe.block_count"].contents() == N
+    assert r.fields["glm4moe.nextn_predict_layers"].contents() == 1 and "glm4moe.nextn_predict_layers" not in t.fields
+    names = {x.name for x in r.tensors}
+    assert {"token_embd.weight", "output_norm.weight", "output.weight"} <= names
+    assert {f"blk.{N}.nextn.{n}.weight" for n in ("eh_proj", "enorm", "hnorm", "shared_head_norm", "shared_head_head",
+                                                  "embed_tokens")} <= names
+    assert all(n.startswith(f"blk.{N}.") or n in ("token_embd.weight", "output_norm.weight", "output.weight") for n in names)
+    assert not any(x.name.startswith(f"blk.{N}.") for x in t.tensors)
+    src = _source_tensors(glm["src"])
+    by_name = {x.name: x for x in r.tensors}
+    for g, s in [(f"blk.{N}.nextn.enorm.weight", "enorm.weight"), (f"blk.{N}.nextn.hnorm.weight", "hnorm.weight"),
+                 (f"blk.{N}.nextn.shared_head_norm.weight", "shared_head.norm.weight"),
+                 (f"blk.{N}.attn_norm.weight", "input_layernorm.weight"), (f"blk.{N}.nextn.eh_proj.weight", "eh_proj.weight")]:
+        want = src[f"model.layers.{N}.{s}"]
+        assert np.array_equal(np.asarray(by_name[g].data).reshape(want.shape), want), g
+
+
+@pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+def test_llama_server_drafts_with_the_official_mtp_file_and_tail_exactly_as_plain(glm) -> None:
+    gguf_env.need("server")
+    trunk = gguf_env.official(glm["src"], "trunk", "f32", pre="glm4")
+    mtp = gguf_env.official(glm["src"], "mtp", "f32", pre="glm4")
+    texts = gguf_env.prompts()[:4]
+    plain = gguf_env.measure(trunk, texts=texts)
+    drafted = gguf_env.measure(trunk, draft=mtp, texts=texts)
+    assert drafted["drafted"] > 0 and drafted["tokens"] == plain["tokens"]
+    tail = gguf_env.measure(gguf_env.official(glm["src"], "full", "f32", pre="glm4"), mtp=True, texts=texts)
+    assert tail["drafted"] > 0 and tail["tokens"] == plain["tokens"]
+
+
+MTPLX_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import standins
+standins.libsystem()
+from mtplx import runtime as R
+from mtplx.generation import generate_ar, generate_mtpk
+from mtplx.sampling import SamplerConfig
+greedy = dict(sampler=SamplerConfig(temperature=0.0, top_p=1.0, top_k=0), stop_token_ids=set())
+rt = R.load(sys.argv[1], mtp=True)
+standins.float32_expert_stacks(rt.model)
+prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]]
+plain = [generate_ar(rt, p, max_tokens=24, **greedy).tokens for p in prompts]
+res = [generate_mtpk(rt, p, max_tokens=24, speculative_depth=1, mtp_hidden_variant="post_norm",
+                     mtp_cache_policy="persistent", mtp_history_policy="committed", **greedy) for p in prompts]
+print(json.dumps({"mtp_enabled": bool(getattr(rt, "mtp_enabled", False)), "model": type(rt.model).__name__,
+                  "identical": [r.tokens for r in res] == plain,
+                  "drafted": sum(int(r.stats.drafted_tokens) for r in res)}))
+"""
+
+
+@pytest.mark.xdist_group("conformance")
+def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(glm) -> None:
+    """MTPLX 2.12.2's ``glm_mtp`` backend reads ``mtp.safetensors`` with the source's own
+    ``model.layers.{N}.*`` keys (experts per expert: it stacks them; unquantized: it quantizes
+    only modules stored with scales) and drafts with output identical to its plain decode."""
+    import mlx.core as mx
+
+    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    folder = glm["root"] / "mtplx"
+    shutil.copytree(glm["mlx"], folder)
+    head = {k: mx.array(v) for k, v in _source_tensors(glm["src"]).items() if k.startswith(f"model.layers.{N}.")}
+    mx.save_safetensors(str(folder / "mtp.safetensors"), head, metadata={"format": "mlx"})
+    r = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
+
+
+@pytest.mark.parametrize("argv", [["inspect", "{mlx}"], ["add-mtp", "--source", "{src}", "--target", "{mlx}"],
+                                  ["verify", "{mlx}"], ["repair-norms", "{mlx}"]], ids=lambda a: a[0])
+def test_a_glm_folder_is_named_as_glm_and_left_alone(glm, argv) -> None:
+    """Until this family is written, every command says what the folder is and what writes its
+    head today, in one line (exit 2), and touches nothing."""
+    from tests.test_hostile import error_lines, tree_state
+
+    args = [a.format(mlx=glm["mlx"], src=glm["src"]) for a in argv]
+    before = tree_state(glm["mlx"])
+    r = subprocess.run([sys.executable, "-m", "mtpforge", *args], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    lines = error_lines(r.stderr)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
+    assert "GLM-4.5 / 4.6 / 4.7 model (model_type 'glm4_moe')" in lines[0] and "llama.cpp's converter" in lines[0]
+    assert tree_state(glm["mlx"]) == before
