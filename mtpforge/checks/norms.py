@@ -19,7 +19,7 @@ from ..checkpoint.store import LocalStore
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, MtpforgeError
 from ..families.detect import detect_family
-from ..families.tables import is_norm_key
+from ..families.tables import is_head_key, is_norm_key
 from ..findings import Finding, finding
 from ..layouts.detect import is_raw_hf, locate_head, read_entries
 from ..layouts.table import MANIFEST
@@ -147,7 +147,7 @@ def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
     kinds = set(filter(None, (backbone_kind(k) for k in values)))
     by_kind: dict[str, list[TensorInfo]] = {}
     for name, info in cat.tensors.items():
-        if ".mtp." in name or name.startswith("mtp."):
+        if is_head_key(name, cat.config):
             continue
         for sfx in kinds:
             # a few layers show a kind's level; every layer of a 94-layer model over HTTP would

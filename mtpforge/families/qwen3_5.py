@@ -89,6 +89,7 @@ QWEN3_5 = FamilySpec(
     norm_roles=QWEN3_NORM_ROLES,
     norm_offset=1.0,
     hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
     mlx_head_prefixes=("language_model.mtp.", "model.language_model.mtp."),
     count_keys=("mtp_num_hidden_layers",),
     count_keys_written=("mtp_num_hidden_layers",),
@@ -99,9 +100,10 @@ QWEN3_5 = FamilySpec(
     lm_module_path=("language_model",),
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
+    gguf_arch="qwen35",
 )
 
 QWEN3_5_MOE = replace(
     QWEN3_5, name="qwen3_5_moe", moe=True, mlp_rows=MOE_SHARED_ROWS, expert_rows=EXPERT_ROWS,
-    mlx_lm_classes=_moe_classes,
+    mlx_lm_classes=_moe_classes, gguf_arch="qwen35moe",
 )

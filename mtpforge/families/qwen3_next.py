@@ -30,6 +30,7 @@ QWEN3_NEXT = FamilySpec(
     norm_roles=QWEN3_NORM_ROLES,
     norm_offset=1.0,
     hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
     mlx_head_prefixes=("mtp.",),
     count_keys=("num_nextn_predict_layers", "mtp_num_hidden_layers"),
     count_keys_written=("num_nextn_predict_layers",),
@@ -40,4 +41,5 @@ QWEN3_NEXT = FamilySpec(
     lm_module_path=(),
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
+    gguf_arch="qwen3next",
 )

@@ -57,15 +57,23 @@ def is_raw_hf(cat: Catalogue) -> bool:
 _EMBEDDED_PREFIXES = tuple(p for f in FAMILIES.values() if f.nested_text_config for p in f.mlx_head_prefixes)
 
 
+def _flat_prefixes(cat: Catalogue, family: str | None) -> tuple[str, ...]:
+    """Prefixes of a head stored outside the language model's namespace: the head-only files'
+    spelling and the raw release's (every family's while the family is unknown)."""
+    specs = (FAMILIES[family],) if family in FAMILIES else tuple(FAMILIES.values())
+    return tuple(dict.fromkeys(p for s in specs for p in (s.head_file_prefix, s.head_prefix(cat.config))))
+
+
 def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
-    """The layout of an ``mtp.*`` key by the file that holds it."""
+    """The layout of a head key outside the language model's namespace, by the file that
+    holds it."""
     if file == SIDECAR_FILE:
         return "sidecar"
     if file == VLLM_MLX_WEIGHTS:
         return "vllm-mlx"
     if raw:
         return "hf"
-    # a family without an embedded layout keeps mtp.* in model*.safetensors only for vllm-mlx
+    # a family without an embedded layout keeps its head in model*.safetensors only for vllm-mlx
     if family in FAMILIES and "embedded" not in FAMILIES[family].layouts and loads_in_mlx_lm_glob(file):
         return "vllm-mlx"
     return "embedded"
@@ -74,13 +82,14 @@ def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
 def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, TensorInfo]]:
     found: dict[str, dict[str, TensorInfo]] = {}
     raw = is_raw_hf(cat)
+    flat = _flat_prefixes(cat, family)
     for h in cat.headers.values():
         for key, info in h.tensors.items():
             prefix = next((p for p in _EMBEDDED_PREFIXES if key.startswith(p)), None)
             if prefix is not None:
                 found.setdefault("embedded", {})[key[len(prefix):]] = info
-            elif key.startswith("mtp."):
-                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len("mtp."):]] = info
+            elif (prefix := next((p for p in flat if key.startswith(p)), None)) is not None:
+                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len(prefix):]] = info
     return found
 
 

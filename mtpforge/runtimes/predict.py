@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
+from .quant import is_expert
 from .spec import HeadFacts, OutputFormat, RuntimeSpec
 from .table import MLX_LM
 
@@ -57,7 +58,7 @@ def _experts(row: RuntimeSpec, head: HeadFacts, placed: Placed) -> list[Predicti
     fmt = placed.expert_format
     if fmt == "none" or allowed is None:
         return []
-    quant = any(p.get("quantized") for m, p in head.precisions.items() if ".experts" in m or ".switch_mlp." in m)
+    quant = any(p.get("quantized") for m, p in head.precisions.items() if is_expert(m, head.family))
     if fmt in allowed and (row.quantized_experts or not quant):
         return []
     return [Prediction("EXPERT_LAYOUT_INCOMPATIBLE", f"MoE experts stored as {fmt}{' (quantized)' if quant else ''}; "
