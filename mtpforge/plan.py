@@ -167,9 +167,9 @@ def resolve_experts(experts: str, rule: WriteRule, family: str, source_fmt: str)
         return "none"
     if experts == "source":
         return source_fmt
-    if experts == "switch_mlp":
-        return "switch_mlp"
-    return source_fmt if source_fmt in rule.keeps(family) else "switch_mlp"
+    if experts == STACKED:
+        return STACKED
+    return source_fmt if source_fmt in rule.keeps(family) else STACKED
 
 
 def parse_precision(precision: str | int) -> str | int:
@@ -258,9 +258,10 @@ def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any
         raise RefusedError(f"source is {src_family} but target is {tgt_family}",
                            "pass the original checkpoint of the same model as --source")
     a, b = dims(src_config), dims(tgt_config)
-    names = {"H": "hidden_size", "QD": "attention heads x head_dim", "KD": "kv heads x head_dim", "I": "intermediate_size",
-             "E": "num_experts", "IM": "moe_intermediate_size", "IS": "shared_expert_intermediate_size", "V": "vocab_size"}
-    for k, label in names.items():
+    keys = family_spec(src_config).dim_keys
+    derived = {"QD": "attention heads x head_dim", "KD": "kv heads x head_dim"}
+    for k in ("H", "QD", "KD", "I", "E", "IM", "IS", "V"):
+        label = derived.get(k) or keys.get(k, k)
         if a.get(k) != b.get(k):
             raise RefusedError(f"source and target differ in {label} ({a.get(k)} vs {b.get(k)}): the head would not fit",
                                "pass the original checkpoint of the same model size as --source")

@@ -34,7 +34,7 @@ class SourceHead:
 
 
 def open_source_head(source: str, revision: str | None) -> SourceHead:
-    from ..pipeline import read_source
+    from ..source import read_source
 
     store, cat, family = read_source(source, revision, "trunk's model")
     loc = locate_head(cat, family)
