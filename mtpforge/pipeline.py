@@ -18,7 +18,8 @@ from .checkpoint.store import LocalStore, Store
 from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
-from .families.tables import declared_mtp_layers
+from .families import FAMILIES
+from .families.tables import declared_mtp_layers, mtp_layers_of
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
@@ -177,10 +178,10 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     check_compatible(source.config, target_config, source.family, family)
     entries = source.head.entries
     if not source.head.raw or not entries:
-        raise RefusedError(f"source {options.source} has no MTP tensors (mtp.*)",
+        raise RefusedError(f"source {options.source} has no MTP tensors ({FAMILIES[source.family].head_prefix(source.config)}*)",
                            "pass the original Hugging Face checkpoint, which ships the head")
     n_layers = declared_mtp_layers(source.config, source.family) or (
-        1 + max(int(k.split(".")[1]) for k in entries if k.startswith("layers.")))
+        1 + max(mtp_layers_of(entries, source.family), default=0))
     head = build_plan(family=family, src_config=source.config, tgt_config=target_config, entries=entries,
                       n_layers=n_layers, choice=choice, keep_fc=options.keep_fc_full_precision, experts=options.experts,
                       default_q=_default_q(target_config))

@@ -119,7 +119,7 @@ def resolve_layout(layout: str, family: str) -> str:
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
     if layout not in fam.layouts:
-        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
+        hint = f"vllm-mlx (the head's {fam.head_file_prefix}* keys in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
         raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
     return layout
 

@@ -83,13 +83,13 @@ def _named(store: Store, rel: str) -> str:
 def head_shards(index: dict[str, str], config: ModelConfig) -> set[str]:
     """The shards a remote source is read from: those holding the head's tensors (the config's
     family's spelling; every family's for an unknown config, refused later), plus one whose
-    header tells a raw HF checkpoint from a converted one (a linear-attention conv1d, or a
-    per-expert Qwen3-Next expert). A 94-shard repo then costs 4-6 header reads, not 188."""
-    from ..families.tables import is_head_key
+    header tells a raw HF checkpoint from a converted one (the family's ``raw_marker_suffixes``).
+    A 94-shard repo then costs 4-6 header reads, not 188."""
+    from ..families.tables import head_specs, is_head_key
 
     files = {f for k, f in index.items() if is_head_key(k, config)}
-    marker = next((f for k, f in sorted(index.items())
-                   if k.endswith("conv1d.weight") or k.endswith(".mlp.experts.0.up_proj.weight")), None)
+    markers = tuple(m for s in head_specs(config) for m in s.raw_marker_suffixes)
+    marker = next((f for k, f in sorted(index.items()) if markers and k.endswith(markers)), None)
     return files | ({marker} if marker else set())
 
 

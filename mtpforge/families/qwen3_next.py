@@ -3,7 +3,7 @@ level, and a release that ships the head without declaring it in the config."""
 
 from __future__ import annotations
 
-from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS
+from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS, RAW_MARKERS, is_raw_tensor
 from .spec import QWEN3_NORM_ROLES, FamilySpec
 
 def _classes() -> tuple[type, type]:
@@ -42,4 +42,6 @@ QWEN3_NEXT = FamilySpec(
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
     gguf_arch="qwen3next",
+    raw_marker_suffixes=RAW_MARKERS,
+    is_raw_tensor=is_raw_tensor,
 )

@@ -127,6 +127,12 @@ class FamilySpec:
     head_index_key: str | None = None
     #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
     gguf_arch: str | None = None
+    #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
+    #: source's shard holding one is read for its header)
+    raw_marker_suffixes: tuple[str, ...] = ()
+    #: ``(key, shape) -> True`` for a backbone tensor only a raw release stores that way (how
+    #: mlx-lm tells a checkpoint to sanitize); None: the family has no such marker
+    is_raw_tensor: Callable[[str, tuple[int, ...]], bool] | None = None
 
     def rows(self, fmt: str | None = None) -> Iterator[Row]:
         """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats

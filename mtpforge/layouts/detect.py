@@ -11,6 +11,7 @@ from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..families import FAMILIES
+from ..families.tables import head_specs
 from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE, VLLM_MLX_WEIGHTS, loads_in_mlx_lm_glob
 
 
@@ -43,14 +44,10 @@ class HeadLocation:
 
 
 def is_raw_hf(cat: Catalogue) -> bool:
-    """A raw Hugging Face checkpoint, told the way mlx-lm tells it: an unsanitized conv1d
-    [C, 1, K] (Qwen3-Next: per-expert backbone experts)."""
-    for k, info in cat.tensors.items():
-        if k.endswith("conv1d.weight") and len(info.shape) == 3 and info.shape[-1] != 1:
-            return True
-        if k.startswith("model.layers.") and k.endswith(".mlp.experts.0.up_proj.weight"):
-            return True
-    return False
+    """A raw Hugging Face checkpoint, told the way mlx-lm tells it (the family's
+    ``is_raw_tensor``: Qwen's unsanitized conv1d [C, 1, K], or per-expert backbone experts)."""
+    tests = [s.is_raw_tensor for s in head_specs(cat.config) if s.is_raw_tensor is not None]
+    return any(t(k, tuple(info.shape)) for k, info in cat.tensors.items() for t in tests)
 
 
 #: key prefixes that put a head in the embedded layout (the nested families' MLX spelling)
