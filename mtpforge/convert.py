@@ -20,7 +20,6 @@ from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes, to_mx
 from .errors import RefusedError
 from .passes.fp8 import dequantize_block_fp8
-from .families.tables import norm_offset
 from .passes.norms import add_offset
 from .passes.quantize import cast, quantize
 from .plan import OutModule, Plan
@@ -53,7 +52,7 @@ def transform_slice(
         raise RefusedError(f"the source's MTP tensor {info.name} holds NaN or Inf values, so the source checkpoint is damaged; nothing was changed",
                            "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
     if m.norm:
-        w = add_offset(w, norm_offset(m.bare + ".weight"))
+        w = add_offset(w, m.offset)
     if m.q is None:
         return {"": to_bytes(cast(w, m.float_dtype))}
     return {sfx: to_bytes(a) for sfx, a in quantize(w, m.q, m.float_dtype).items()}

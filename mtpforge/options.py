@@ -66,7 +66,7 @@ class HeadOptions(BaseModel):
     runtime: Optional[Runtime] = Field(None, description="Write the head exactly as this runtime loads and drafts it (layout, experts, per-module precision, markers); default: a sidecar no runtime's pinned mlx-lm sees, loaded by MTPLX, exo and released mlx-lm.")
     layout: Optional[Layout] = Field(None, description="Where the head goes (overrides --runtime's choice; default: sidecar); a GGUF trunk: gguf-mtp (default) or gguf-tail.")
     precision: Optional[Precision] = Field(None, description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8); default: what the runtime loads (match; bf16 for MoE heads without --runtime); a GGUF head: f32, f16 (default), bf16 or q8_0.")
-    keep_fc_full_precision: bool = Field(False, description="Keep mtp.fc unquantized.")
+    keep_fc_full_precision: bool = Field(False, description="Keep the head's fc (its input projection) unquantized.")
     experts: Experts = Field("auto", description="MoE expert format; auto picks what the layout's runtime loads.")
     fetch: Fetch = Field("auto", description="ranges: only the head's bytes; shards: whole shards that hold it.")
     force: bool = Field(False, description="Replace an MTP head already present.")

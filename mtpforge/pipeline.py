@@ -6,7 +6,6 @@ staged copy has been written completely and passed ``inspect``; then one atomic 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -14,13 +13,14 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from .families.unhandled import not_handled
-from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
+from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store
 from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
-from .families.tables import declared_mtp_layers
+from .families import FAMILIES
+from .families.tables import declared_mtp_layers, mtp_layers_of
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
@@ -34,6 +34,7 @@ from .options import AddOptions
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, load_notes, resolve_write, source_bytes
 from .runtimes import RUNTIMES, OutputFormat
+from .source import open_source, planned_requests, read_source, reader, source_fingerprint
 from .progress import Progress
 from .results import AddResult, DryRunFacts
 from .writer.lock import folder_lock
@@ -41,39 +42,6 @@ from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
 
 # ----------------------------------------------------------------------------- resolve
-
-def _open_source(source: str, revision: str | None) -> Store:
-    p = Path(source).expanduser()
-    if p.exists():
-        return LocalStore(p)
-    if source.startswith((".", "/", "~")) or source.count("/") != 1:
-        raise InputError(f"source {source} is neither an existing folder nor a Hugging Face repo id",
-                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
-    from .checkpoint.hub import open_store
-
-    return open_store(source, revision)
-
-
-def read_source(source: str, revision: str | None, model: str) -> tuple[Store, Catalogue, str]:
-    """Open a source and refuse what cannot be a head's origin: another family, damaged headers,
-    shards the index names but a local copy lacks, a converted (not raw) checkpoint. Shared by
-    every output format, so a source is judged the same way whatever is written from it."""
-    store = _open_source(source, revision)
-    local = isinstance(store, LocalStore)
-    cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
-    family = detect_family(cat.config)
-    if family is None:
-        raise RefusedError(*not_handled(f"source {source}", cat.config, f"pass the original Hugging Face checkpoint of the {model}"))
-    cat.refuse_damage("source")
-    gone = sorted({f for f in (cat.index or {}).values() if not store.exists(f)}) if local else []
-    if gone:
-        raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
-                           f"re-download {gone[0]} (or the whole source); an incomplete download cannot be trusted")
-    if not is_raw_hf(cat):
-        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
-                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
-    return store, cat, family
-
 
 def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     path = Path(target).expanduser()
@@ -97,53 +65,6 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
 def _default_q(config: dict[str, Any]) -> QSpec | None:
     d = quant_defaults(config)
     return QSpec(d["bits"], d["group_size"], d["mode"]) if d else None
-
-
-def _source_fingerprint(sizes: Mapping[str, int], entries: Mapping[str, TensorInfo], commit: str | None,
-                        store: Store | None) -> str:
-    """Identifies the source head: the commit for a Hub repo (immutable); for a local folder the
-    head's bytes themselves — names, shapes and sizes stay the same when a tensor's values are
-    edited in place, and "already present" must not keep a head converted from other values."""
-    h = hashlib.sha256()
-    h.update((commit or "").encode())
-    by_bytes = commit is None and isinstance(store, LocalStore)
-    for k in sorted(entries):
-        i = entries[k]
-        h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{sizes[i.file]}\n".encode())
-        if by_bytes:
-            assert store is not None
-            for a in range(i.begin, i.end, 1 << 24):
-                h.update(store.read_range(i.file, a, min(a + (1 << 24), i.end)))
-    return "sha256-bytes:" + h.hexdigest() if by_bytes else h.hexdigest()
-
-
-# ----------------------------------------------------------------------------- fetch
-
-def _reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) -> tuple[Reader, int, str]:
-    """A reader over the source tensors, fetching remote bytes first (once, cached)."""
-    if isinstance(store, LocalStore):
-        return (lambda info, a, b: store.read_range(info.file, info.begin + a, info.begin + b)), 0, "local"
-    from .checkpoint.fetch import fetch_tensors
-
-    res = fetch_tensors(store, infos, mode=mode, progress=progress)
-
-    def read(info: TensorInfo, a: int, b: int) -> bytes:
-        path, off, n = res.locate(info.name)
-        with open(path, "rb") as f:
-            f.seek(off + a)
-            data = f.read(b - a)
-        if len(data) != b - a:
-            raise RefusedError(f"cached bytes of {info.name} are truncated", "re-run; the cache entry will be fetched again")
-        return data
-
-    return read, res.fetched_bytes, res.mode
-
-
-def _planned_requests(infos: list[TensorInfo]) -> int:
-    """How many Range requests ``--fetch ranges`` will make (neighbours coalesced)."""
-    from .checkpoint.fetch import plan_runs
-
-    return len(plan_runs(infos))
 
 
 # ----------------------------------------------------------------------------- undo
@@ -257,10 +178,10 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     check_compatible(source.config, target_config, source.family, family)
     entries = source.head.entries
     if not source.head.raw or not entries:
-        raise RefusedError(f"source {options.source} has no MTP tensors (mtp.*)",
+        raise RefusedError(f"source {options.source} has no MTP tensors ({FAMILIES[source.family].head_prefix(source.config)}*)",
                            "pass the original Hugging Face checkpoint, which ships the head")
     n_layers = declared_mtp_layers(source.config, source.family) or (
-        1 + max(int(k.split(".")[1]) for k in entries if k.startswith("layers.")))
+        1 + max(mtp_layers_of(entries, source.family), default=0))
     head = build_plan(family=family, src_config=source.config, tgt_config=target_config, entries=entries,
                       n_layers=n_layers, choice=choice, keep_fc=options.keep_fc_full_precision, experts=options.experts,
                       default_q=_default_q(target_config))
@@ -272,7 +193,7 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
         recorded["runtime"] = options.runtime
     return AddPlan(options, target, target_config, family, pl, out_path, source, n_layers, head,
                    tuple(fetch_list(head, entries)),
-                   source.fingerprint or _source_fingerprint(source.sizes, entries, source.commit, None), recorded,
+                   source.fingerprint or source_fingerprint(source.sizes, entries, source.commit, None), recorded,
                    tuple(notes))
 
 
@@ -302,7 +223,7 @@ def _read_source(source: str, revision: str | None) -> SourceHead:
     sizes = {f: sstore.size(f) for f in {i.file for i in head.entries.values()}}
     commit = getattr(sstore, "commit", None)
     return SourceHead(Path(source).name if local else source, scat.config, sfamily, head, commit, local, sizes, sstore,
-                      _source_fingerprint(sizes, head.entries, commit, sstore))
+                      source_fingerprint(sizes, head.entries, commit, sstore))
 
 
 def _check_drafter_dest(dest: Path, force: bool) -> None:
@@ -403,7 +324,7 @@ def execute(plan: AddPlan, *, progress: bool = True) -> AddResult:
         to_fetch = list(plan.to_fetch)
         result.dry_run = DryRunFacts(plan.files, source_bytes(to_fetch), len(to_fetch),
                                      sorted({i.file for i in to_fetch}),
-                                     None if plan.source.local else _planned_requests(to_fetch),
+                                     None if plan.source.local else planned_requests(to_fetch),
                                      plan.head.peak_memory_estimate())
         return result
     ex = _existing(plan)
@@ -421,8 +342,8 @@ def execute(plan: AddPlan, *, progress: bool = True) -> AddResult:
     check_disk_space(plan.dest, plan.head.mtp_bytes + (1 << 20))
     prog = Progress(enabled=progress)
     prog.step(f"fetching {len(plan.to_fetch)} MTP tensors ({source_bytes(list(plan.to_fetch)):,} bytes)")
-    store = plan.source.store or _open_source(plan.options.source, plan.options.revision)
-    read, result.fetched_bytes, result.fetch_mode = _reader(store, list(plan.to_fetch), plan.options.fetch, progress)
+    store = plan.source.store or open_source(plan.options.source, plan.options.revision)
+    read, result.fetched_bytes, result.fetch_mode = reader(store, list(plan.to_fetch), plan.options.fetch, progress)
     _write(plan, ex, read, result, prog)
     prog.done(f"added the MTP head to {plan.dest} ({plan.head.layout} layout)")
     return result

@@ -13,11 +13,12 @@ from typing import Any, Mapping, Optional
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
-from .families.tables import dims, expected_head, expert_format_of, is_moe, is_norm_key
+from .families.spec import STACKED, FamilySpec, Role
+from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe, is_optional_key
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
-from .passes.experts import expert_span, parse_expert_key, switch_key
+from .passes.experts import FUSED_OF, STACK_ROLES, expert_span, parse_expert_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
 from .runtimes.predict import BACKBONE_HARM, Placed, predict
@@ -48,6 +49,8 @@ class OutModule:
     float_dtype: str
     norm: bool
     slices: list[SliceRef]  # one for a plain tensor, E for a stack
+    #: what the norm pass adds (the family spec's ``offset_of``: 0 but for zero-centred norms)
+    offset: float = 0.0
 
     def specs(self, prefix: str) -> list[TensorSpec]:
         if self.q is None:
@@ -116,7 +119,7 @@ def resolve_layout(layout: str, family: str) -> str:
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
     if layout not in fam.layouts:
-        hint = "vllm-mlx (mtp.* in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
+        hint = f"vllm-mlx (the head's {fam.head_file_prefix}* keys in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
         raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
     return layout
 
@@ -164,9 +167,9 @@ def resolve_experts(experts: str, rule: WriteRule, family: str, source_fmt: str)
         return "none"
     if experts == "source":
         return source_fmt
-    if experts == "switch_mlp":
-        return "switch_mlp"
-    return source_fmt if source_fmt in rule.keeps(family) else "switch_mlp"
+    if experts == STACKED:
+        return STACKED
+    return source_fmt if source_fmt in rule.keeps(family) else STACKED
 
 
 def parse_precision(precision: str | int) -> str | int:
@@ -183,17 +186,15 @@ def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
 
 
 def source_expert_slices(
-    proj: str, mlp: str, src_fmt: str, entries: Mapping[str, TensorInfo], E: int
+    role: Role, i: int, src_fmt: str, entries: Mapping[str, TensorInfo], E: int, spec: FamilySpec
 ) -> list[SliceRef]:
-    """Byte slices of the source that make up one switch_mlp stack, expert by expert."""
+    """Byte slices of the source that make up MTP layer ``i``'s stack of ``role``, expert by
+    expert."""
     out = []
     for e in range(E):
-        if src_fmt == "per-expert":
-            key = f"{mlp}.experts.{e}.{proj}.weight"
-        else:
-            key = f"{mlp}.experts.{'down_proj' if proj == 'down_proj' else 'gate_up_proj'}"
+        key = spec.key(role, i, e, src_fmt) if src_fmt == "per-expert" else spec.key(FUSED_OF[role], i, fmt=src_fmt)
         info = entries[key]
-        start, end, shape = expert_span(src_fmt, proj, e, E, info.shape, info.nbytes)
+        start, end, shape = expert_span(src_fmt, role, e, E, info.shape, info.nbytes)
         out.append(SliceRef(key, start, end, shape))
     return out
 
@@ -202,25 +203,26 @@ def validate_source_head(
     src_config: Mapping[str, Any], entries: Mapping[str, TensorInfo], n_layers: int
 ) -> str:
     """The source head must be exactly what its config implies; returns its expert format."""
-    fmt = expert_format_of(list(entries)) if is_moe(src_config) else "none"
-    if fmt == "switch_mlp":
-        raise RefusedError("the source's MTP experts are already stacked (switch_mlp): it is not an original Hugging Face checkpoint",
+    fmt = expert_format_of(entries, src_config) if is_moe(src_config) else "none"
+    if fmt == STACKED:
+        raise RefusedError(f"the source's MTP experts are already stacked ({STACKED}): it is not an original Hugging Face checkpoint",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
     weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
     expected = expected_head(src_config, n_layers, fmt if fmt != "none" else None)
     missing = sorted(set(expected) - set(weights))
-    extra = sorted(set(weights) - set(expected))
+    spec = family_spec(src_config)
+    extra = sorted(k for k in set(weights) - set(expected) if not is_optional_key(k, spec))
     if missing or extra:
         what = f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}"
         raise RefusedError(f"the source's MTP head does not match its config ({what})",
                            "check that --source is the original Hugging Face checkpoint of this model")
     for k, shp in expected.items():
         if tuple(weights[k].shape) != shp:
-            raise RefusedError(f"source tensor mtp.{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
+            raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
                                "check that --source is the original Hugging Face checkpoint of this model")
         if weights[k].dtype not in FLOAT_SOURCE_DTYPES and weights[k].dtype != "F8_E4M3":
             raise RefusedError(
-                f"source tensor mtp.{k} is {weights[k].dtype}; mtpforge converts bf16/fp16/fp32 and block-FP8 sources",
+                f"source tensor {spec.head_prefix(src_config)}{k} is {weights[k].dtype}; mtpforge converts bf16/fp16/fp32 and block-FP8 sources",
                 "use the bf16 release of the model as --source (NVFP4/AWQ/GPTQ sources are not supported)",
             )
         if weights[k].dtype == "F8_E4M3":
@@ -256,9 +258,10 @@ def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any
         raise RefusedError(f"source is {src_family} but target is {tgt_family}",
                            "pass the original checkpoint of the same model as --source")
     a, b = dims(src_config), dims(tgt_config)
-    names = {"H": "hidden_size", "QD": "attention heads x head_dim", "KD": "kv heads x head_dim", "I": "intermediate_size",
-             "E": "num_experts", "IM": "moe_intermediate_size", "IS": "shared_expert_intermediate_size", "V": "vocab_size"}
-    for k, label in names.items():
+    keys = family_spec(src_config).dim_keys
+    derived = {"QD": "attention heads x head_dim", "KD": "kv heads x head_dim"}
+    for k in ("H", "QD", "KD", "I", "E", "IM", "IS", "V"):
+        label = derived.get(k) or keys.get(k, k)
         if a.get(k) != b.get(k):
             raise RefusedError(f"source and target differ in {label} ({a.get(k)} vs {b.get(k)}): the head would not fit",
                                "pass the original checkpoint of the same model size as --source")
@@ -305,37 +308,44 @@ def build_plan(
         notes.append(rule.float_request_note)
     ask = QuantAsk(family, base, default_q, out_fmt, keep_fc, notes)
 
+    modules = _plan_modules(family_spec(src_config), entries, dims(src_config)["E"], src_fmt, out_fmt,
+                            lambda mod, shape: rule.predicate(mod, shape, ask), float_dtype)
+    pl = placement(layout, family)
+    return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
+
+
+def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_fmt: str, out_fmt: str,
+                  predicate: Any, float_dtype: str) -> list[OutModule]:
+    """Every output module: a stack per MTP layer and expert role when the experts are stacked,
+    else one per source tensor; norms carry the family's offset."""
     modules: list[OutModule] = []
-    E = dims(src_config)["E"]
-    done_stacks: set[str] = set()
+    done_stacks: set[int] = set()
     for bare in sorted(entries):
         if bare.endswith("_scale_inv"):
             continue
         info = entries[bare]
-        parsed = parse_expert_key(bare)
-        if parsed is not None and out_fmt == "switch_mlp":
-            _, mlp, _, _ = parsed
-            if mlp in done_stacks:
+        parsed = parse_expert_key(bare, spec)
+        if parsed is not None and out_fmt == STACKED:
+            i = parsed[1]
+            if i in done_stacks:
                 continue
-            done_stacks.add(mlp)
-            for proj in ("gate_proj", "up_proj", "down_proj"):
-                sl = source_expert_slices(proj, mlp, src_fmt, entries, E)
+            done_stacks.add(i)
+            for role in STACK_ROLES:
+                sl = source_expert_slices(role, i, src_fmt, entries, E, spec)
                 shape = (E,) + sl[0].shape
-                mod = switch_key(mlp, proj)[: -len(".weight")]
-                q = rule.predicate(mod, shape, ask)
-                modules.append(OutModule(mod, True, shape, q, float_dtype, False, sl))
+                mod = spec.module(role, i)
+                modules.append(OutModule(mod, True, shape, predicate(mod, shape), float_dtype, False, sl))
             continue
         has_w = bare.endswith(".weight")
         mod = bare[: -len(".weight")] if has_w else bare
-        if parsed is not None and parsed[0] == "fused":
+        if parsed is not None and parsed[2] is None:  # a fused stack, kept: one slice per expert
             per = info.nbytes // info.shape[0]
             sl = [SliceRef(bare, e * per, (e + 1) * per, info.shape[1:]) for e in range(info.shape[0])]
         else:
             sl = [SliceRef(bare, 0, info.nbytes, info.shape)]
-        q = rule.predicate(mod, info.shape, ask)
-        modules.append(OutModule(mod, has_w, info.shape, q, float_dtype, is_norm_key(bare), sl))
-    pl = placement(layout, family)
-    return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
+        modules.append(OutModule(mod, has_w, info.shape, predicate(mod, info.shape), float_dtype,
+                                 spec.is_norm_key(bare), sl, spec.offset_of(bare)))
+    return modules
 
 
 def _planned_facts(plan: Plan) -> HeadFacts:

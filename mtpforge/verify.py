@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import InputError, RefusedError
+from .families.tables import is_head_key
 from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
 from .manifest import record_measurement
 from .progress import Progress
@@ -172,7 +173,7 @@ def _check_layer_count(cat: Any) -> None:
     import re
 
     declared = cat.config.text.num_hidden_layers
-    found = {int(m.group(1)) for k in cat.tensors if ".mtp." not in k and not k.startswith("mtp.")
+    found = {int(m.group(1)) for k in cat.tensors if not is_head_key(k, cat.config)
              and (m := re.search(r"(?:^|\.)model\.layers\.(\d+)\.", k))}
     if declared is not None and found and declared != max(found) + 1:
         raise RefusedError(f"{cat.config.file}: num_hidden_layers is {declared}, but the weights hold {max(found) + 1} layers",

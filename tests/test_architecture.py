@@ -133,3 +133,98 @@ def test_lowest_constraints_pin_every_floor():
         have = tuple(int(x) for x in pins[name].split("."))
         want = tuple(int(x) for x in floor.split("."))
         assert have[:len(want)] == want and not any(have[len(want):]), f"{name}: pinned {pins[name]}, floor {floor}"
+
+
+#: the package directory that may spell a family's tensor keys
+FAMILY_DIR = "families"
+#: file names are not keys (``mtp.safetensors`` is the sidecar a runtime opens, whatever it holds)
+_FILE_NAME = r"[\w./-]+\.(?:safetensors|json|gguf|jinja)\b"
+
+
+def _key_fragments() -> tuple[set[str], set[str]]:
+    """(fragments, expert format names) built from every family spec's rows, so a new family's
+    spelling is forbidden outside ``families/`` the moment its rows exist.
+
+    A row's key template yields each segment with an underscore (``pre_fc_norm_hidden``,
+    ``shared_expert_gate``, ``switch_mlp``), each pair of adjacent segments (``mlp.gate``,
+    ``experts.down_proj``) and, without placeholders, the key itself (``fc.weight``); a spec's
+    head prefixes yield themselves (``mtp.``, ``language_model.mtp.``, the literal part of
+    ``model.layers.{N}.``)."""
+    from mtpforge.families import FAMILIES
+
+    frags: set[str] = set()
+    formats: set[str] = set()
+    for spec in FAMILIES.values():
+        formats |= set(spec.expert_rows)
+        for p in (spec.hf_head_prefix, spec.head_file_prefix, *spec.mlx_head_prefixes):
+            frags.add(p.split("{")[0])
+        for row in spec.rows():
+            segs = [s for s in row.key.split(".") if s not in ("weight", "bias")]
+            for a, b in zip(segs, segs[1:]):
+                if "{" not in a + b:
+                    frags.add(f"{a}.{b}")
+            frags |= {s for s in segs if "_" in s and "{" not in s}
+            if "{" not in row.key:
+                frags.add(row.key)
+    frags.discard("")
+    return frags, formats
+
+
+def _pattern(frag: str, formats: set[str]) -> "re.Pattern[str]":
+    import re
+
+    body = re.escape(frag)
+    if frag in formats:
+        # an expert format is also a user-facing value (``--experts switch_mlp``): only a key
+        # spelling (the name between dots) is forbidden
+        return re.compile(rf"\.{body}\b|\b{body}\.")
+    # a whole key (``norm.weight``) must not be the tail of a longer one (``model.norm.weight``)
+    before = r"(?<![\w.])" if frag.endswith(".weight") else r"(?<!\w)"
+    return re.compile(before + body + ("" if frag.endswith(".") else r"(?!\w)"))
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def test_no_family_key_literals_outside_the_families():
+    """Keys are asked of the family spec (by Role), never spelled: a string constant outside
+    ``mtpforge/families/`` that holds a fragment of any family's key templates is an offender
+    (docstrings excepted: they may say what a key looks like)."""
+    import re
+
+    frags, formats = _key_fragments()
+    pats = {f: _pattern(f, formats) for f in frags}
+    offenders = []
+    for path, tree in _modules(PACKAGE):
+        if path.relative_to(PACKAGE).parts[0] == FAMILY_DIR:
+            continue
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
+                continue
+            text = re.sub(_FILE_NAME, "", node.value)
+            hits = sorted(f for f, p in pats.items() if p.search(text))
+            if hits:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value[:60]!r} spells {hits}")
+    assert offenders == [], "ask the family spec for the key (spec.key(Role...), role_of, is_head_key):\n" + "\n".join(offenders)
+
+
+def test_the_key_fragments_cover_every_family_row():
+    """The forbidden set is built from the rows themselves: every row of every family yields a
+    fragment, so a family whose keys escaped the rule would fail here."""
+    from mtpforge.families import FAMILIES
+
+    frags, formats = _key_fragments()
+    for spec in FAMILIES.values():
+        for row in spec.rows():
+            stored = spec.hf_head_prefix.split("{")[0] + row.key.format(i=0, e=0)
+            assert any(_pattern(f, formats).search(row.key) for f in frags), f"{spec.name}: {row.key} yields no fragment"
+            assert any(_pattern(f, formats).search(stored) for f in frags), f"{spec.name}: {stored} yields no fragment"
+    assert {"pre_fc_norm_hidden", "shared_expert_gate", "mtp.", "mlp.gate"} <= frags

@@ -80,18 +80,22 @@ def _named(store: Store, rel: str) -> str:
     return f"{store.name.rstrip('/')}/{rel}"
 
 
-def head_shards(index: dict[str, str]) -> set[str]:
-    """The shards a remote source is read from: those holding ``mtp.*`` tensors, plus one whose
-    header tells a raw HF checkpoint from a converted one (a linear-attention conv1d, or a
-    per-expert Qwen3-Next expert). A 94-shard repo then costs 4-6 header reads, not 188."""
-    files = {f for k, f in index.items() if k.startswith("mtp.")}
-    marker = next((f for k, f in sorted(index.items())
-                   if k.endswith("conv1d.weight") or k.endswith(".mlp.experts.0.up_proj.weight")), None)
+def head_shards(index: dict[str, str], config: ModelConfig) -> set[str]:
+    """The shards a remote source is read from: those holding the head's tensors (the config's
+    family's spelling; every family's for an unknown config, refused later), plus one whose
+    header tells a raw HF checkpoint from a converted one (the family's ``raw_marker_suffixes``).
+    A 94-shard repo then costs 4-6 header reads, not 188."""
+    from ..families.tables import head_specs, is_head_key
+
+    files = {f for k, f in index.items() if is_head_key(k, config)}
+    markers = tuple(m for s in head_specs(config) for m in s.raw_marker_suffixes)
+    marker = next((f for k, f in sorted(index.items()) if markers and k.endswith(markers)), None)
     return files | ({marker} if marker else set())
 
 
 def load_catalogue(
-    store: Store, *, all_safetensors: bool = True, index_files: Callable[[dict[str, str]], set[str]] | None = None,
+    store: Store, *, all_safetensors: bool = True,
+    index_files: Callable[[dict[str, str], ModelConfig], set[str]] | None = None,
 ) -> Catalogue:
     """Read config, index and headers. ``all_safetensors`` also reads files outside the index
     (sidecars, stale shards); for a remote source only indexed files are needed, and
@@ -115,7 +119,7 @@ def load_catalogue(
     if all_safetensors or index is None:
         wanted = [f for f in files if f.endswith(".safetensors")]
     if index is not None:
-        listed = set(index.values()) if index_files is None else index_files(index)
+        listed = set(index.values()) if index_files is None else index_files(index, config)
         wanted += [f for f in sorted(listed) if f not in wanted and store.exists(f)]
     for f in wanted:
         try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.store import Store
+from ..families.tables import is_head_key
 from ..findings import ERROR, Finding, finding
 from ..inputs.model_config import ModelConfig
 from ..inputs.side_files import GENERATION_CONFIG, TOKENIZER_CONFIG, GenerationConfig, TokenizerConfig, read_side_file
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
-
-
-def _is_head(key: str) -> bool:
-    return key.startswith("mtp.") or ".mtp." in key
 
 
 def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
@@ -42,7 +39,7 @@ def quantized_shape_findings(cat: Catalogue) -> list[Finding]:
     tensors = cat.tensors
     bad: list[str] = []
     for key, s in tensors.items():
-        if not key.endswith(".scales") or _is_head(key):
+        if not key.endswith(".scales") or is_head_key(key, cat.config):
             continue
         path = key[: -len(".scales")]
         w = tensors.get(f"{path}.weight")

@@ -20,7 +20,8 @@ from ..checkpoint.store import LocalStore
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, MtpforgeError
 from ..families.detect import detect_family
-from ..families.tables import is_norm_key
+from ..families.spec import FamilySpec
+from ..families.tables import family_spec, is_head_key, is_norm_key
 from ..findings import Finding, finding
 from ..layouts.detect import is_raw_hf, locate_head, read_entries
 from ..layouts.table import MANIFEST
@@ -63,19 +64,14 @@ def aggregate(per_tensor: Mapping[str, str]) -> str:
     return "mixed"
 
 
-#: norm kind (bare head key suffix) -> backbone key suffix of the same kind
-_BACKBONE_KIND = {
-    "input_layernorm.weight": ".input_layernorm.weight",
-    "post_attention_layernorm.weight": ".post_attention_layernorm.weight",
-    "self_attn.q_norm.weight": ".self_attn.q_norm.weight",
-    "self_attn.k_norm.weight": ".self_attn.k_norm.weight",
-}
-
-
-def backbone_kind(bare: str) -> str | None:
-    if bare.startswith("layers."):
-        return _BACKBONE_KIND.get(bare.split(".", 2)[2])
-    return None
+def backbone_kind(bare: str, spec: FamilySpec) -> str | None:
+    """The backbone key suffix of the same norm kind: an MTP layer is a backbone decoder layer,
+    so each per-layer norm row (``…{i}.<suffix>``) has the backbone's ``.<suffix>`` as its kin;
+    the head-level norms have none."""
+    hit = spec.match(bare)
+    if hit is None or hit[0] not in spec.layer_rows or hit[0].role not in spec.norm_roles:
+        return None
+    return "." + hit[0].key.split("{i}.")[-1]
 
 
 def classify_by_backbone(
@@ -145,10 +141,11 @@ def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
     """Per head norm of a kind the backbone also has: its convention against the backbone's
     norms of that kind (``unknown`` unless exactly one offset fits; see classify_by_backbone)."""
     backbone_shifted = not is_raw_hf(cat)
-    kinds = set(filter(None, (backbone_kind(k) for k in values)))
+    spec = family_spec(cat.config)
+    kinds = set(filter(None, (backbone_kind(k, spec) for k in values)))
     by_kind: dict[str, list[TensorInfo]] = {}
     for name, info in cat.tensors.items():
-        if ".mtp." in name or name.startswith("mtp."):
+        if is_head_key(name, cat.config):
             continue
         for sfx in kinds:
             # a few layers show a kind's level; every layer of a 94-layer model over HTTP would
@@ -157,7 +154,7 @@ def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
                 by_kind.setdefault(sfx, []).append(info)
     verdicts = {}
     for k, v in values.items():
-        kind = backbone_kind(k)
+        kind = backbone_kind(k, spec)
         if kind is None:
             continue
         refs = [to_mx(i, cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]

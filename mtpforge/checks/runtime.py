@@ -64,7 +64,7 @@ def _installed_mlx_lm(ctx: InspectContext) -> list[Finding]:
     if v and legacy and legacy[0] <= _version_tuple(v) <= legacy[1]:
         out.append(finding(
             "LEGACY_LOADER_DOUBLE_SHIFT",
-            f"mlx-lm {v} adds +1 to every backbone norm when mtp. keys reach sanitize: this folder's backbone would be corrupted",
+            f"mlx-lm {v} adds +1 to every backbone norm when the head's keys reach sanitize: this folder's backbone would be corrupted",
             "upgrade mlx-lm to 0.32 or newer (pip install -U mlx-lm), or use the sidecar layout",
         ))
     return out

@@ -4,7 +4,7 @@ MTP_UNEXPECTED_TENSORS)."""
 
 from __future__ import annotations
 
-from ..families.tables import expected_head, expert_format_of, is_moe
+from ..families.tables import expected_head, expert_format_of, is_moe, mtp_layers_of
 from ..findings import Finding, finding
 from .context import InspectContext
 
@@ -47,9 +47,9 @@ def check(ctx: InspectContext) -> list[Finding]:
             f"set {fam.count_keys[0]} to the number of MTP layers in config.json, or re-run `mtpforge add-mtp --force`",
         ))
     bare_keys = list(loc.entries)
-    fmt = expert_format_of(bare_keys) if is_moe(ctx.cat.config) else "none"
+    fmt = expert_format_of(bare_keys, ctx.cat.config) if is_moe(ctx.cat.config) else "none"
     ctx.report["expert_format"] = fmt
-    found_layers = {int(k.split(".")[1]) for k in bare_keys if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    found_layers = mtp_layers_of(bare_keys, fam)
     n_layers = declared or (max(found_layers) + 1 if found_layers else 1)
     ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None)
     stored, wanted = set(weighted_modules(bare_keys)), set(modules(list(ctx.expected)))

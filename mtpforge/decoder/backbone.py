@@ -18,6 +18,7 @@ from mlx.utils import tree_map
 
 from ..errors import MtpforgeError, RefusedError
 from ..families import FAMILIES
+from ..families.spec import FamilySpec
 
 HIDDEN_VARIANTS = ("pre", "post")
 
@@ -96,8 +97,8 @@ def _row(tokens: list[int] | mx.array) -> mx.array:
     return tokens.reshape(1, -1) if isinstance(tokens, mx.array) else mx.array([tokens])
 
 
-def _without_mtp(model_class: type) -> type:
-    """A subclass whose ``sanitize`` also drops ``mtp.*`` keys after mlx-lm's own.
+def _without_mtp(model_class: type, spec: FamilySpec, config: dict[str, Any]) -> type:
+    """A subclass whose ``sanitize`` also drops the head's keys after mlx-lm's own.
 
     Released mlx-lm drops them for Qwen3.5/3.6, but its Qwen3-Next ``sanitize`` returns early on
     a converted model, so a head stored inside ``model*.safetensors`` (the vllm-mlx layout) would
@@ -107,7 +108,7 @@ def _without_mtp(model_class: type) -> type:
     def sanitize(self: Any, weights: dict[str, mx.array]) -> dict[str, mx.array]:
         if hasattr(model_class, "sanitize"):
             weights = model_class.sanitize(self, weights)
-        return {k: v for k, v in weights.items() if not (k.startswith("mtp.") or ".mtp." in k)}
+        return {k: v for k, v in weights.items() if not spec.is_head_key(k, config)}
 
     return type(model_class.__name__, (model_class,), {"sanitize": sanitize})
 
@@ -132,7 +133,7 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
     def classes(config: dict[str, Any]) -> tuple[type, type]:
         # mlx-lm's public per-model modules (one file per model: Model, ModelArgs)
         model_class, args_class = spec.mlx_lm_classes()
-        return _without_mtp(model_class), args_class
+        return _without_mtp(model_class, spec, config), args_class
 
     try:
         model, config = load_model(path, get_model_classes=classes)

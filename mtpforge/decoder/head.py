@@ -24,6 +24,8 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
+from ..families.tables import mtp_layers_of
+
 
 def _layer_factory(family: str, args: Any) -> Any:
     """The backbone family's decoder layer class, built as a full-attention layer."""
@@ -109,7 +111,7 @@ def build_head(
     slow and unquantized expert stacks (``gather_mm``) run only in float32 (docs/SPEC.md §4). Quantized
     triplets keep their stored form. Loading is strict: a missing or extra tensor is an error.
     """
-    n_layers = 1 + max((int(k.split(".")[1]) for k in tensors if k.startswith("layers.")), default=0)
+    n_layers = 1 + max(mtp_layers_of(tensors, family), default=0)
     head = MTPHead(family, args, n_layers)
     quantize_like(head, quant or {})
     weights = []

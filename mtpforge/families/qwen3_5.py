@@ -59,6 +59,18 @@ DIM_KEYS = {
     "IS": "shared_expert_intermediate_size", "V": "vocab_size",
 }
 
+#: a raw Qwen3.5/3.6/Next release: the linear-attention conv1d unsanitized [C, 1, K], or (Qwen3-Next,
+#: whose converted experts are stacked) a per-expert backbone expert
+RAW_MARKERS = ("conv1d.weight", ".mlp.experts.0.up_proj.weight")
+
+
+def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
+    """How mlx-lm tells a raw Qwen checkpoint (docs/SPEC.md §2: the backbone in source layout)."""
+    if key.endswith(RAW_MARKERS[0]):
+        return len(shape) == 3 and shape[-1] != 1
+    return key.startswith("model.layers.") and key.endswith(RAW_MARKERS[1])
+
+
 def _dense_classes() -> tuple[type, type]:
     from mlx_lm.models import qwen3_5
 
@@ -89,6 +101,7 @@ QWEN3_5 = FamilySpec(
     norm_roles=QWEN3_NORM_ROLES,
     norm_offset=1.0,
     hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
     mlx_head_prefixes=("language_model.mtp.", "model.language_model.mtp."),
     count_keys=("mtp_num_hidden_layers",),
     count_keys_written=("mtp_num_hidden_layers",),
@@ -99,9 +112,12 @@ QWEN3_5 = FamilySpec(
     lm_module_path=("language_model",),
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
+    gguf_arch="qwen35",
+    raw_marker_suffixes=RAW_MARKERS,
+    is_raw_tensor=is_raw_tensor,
 )
 
 QWEN3_5_MOE = replace(
     QWEN3_5, name="qwen3_5_moe", moe=True, mlp_rows=MOE_SHARED_ROWS, expert_rows=EXPERT_ROWS,
-    mlx_lm_classes=_moe_classes,
+    mlx_lm_classes=_moe_classes, gguf_arch="qwen35moe",
 )

@@ -3,7 +3,7 @@ level, and a release that ships the head without declaring it in the config."""
 
 from __future__ import annotations
 
-from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS
+from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS, RAW_MARKERS, is_raw_tensor
 from .spec import QWEN3_NORM_ROLES, FamilySpec
 
 def _classes() -> tuple[type, type]:
@@ -30,6 +30,7 @@ QWEN3_NEXT = FamilySpec(
     norm_roles=QWEN3_NORM_ROLES,
     norm_offset=1.0,
     hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
     mlx_head_prefixes=("mtp.",),
     count_keys=("num_nextn_predict_layers", "mtp_num_hidden_layers"),
     count_keys_written=("num_nextn_predict_layers",),
@@ -40,4 +41,7 @@ QWEN3_NEXT = FamilySpec(
     lm_module_path=(),
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
+    gguf_arch="qwen3next",
+    raw_marker_suffixes=RAW_MARKERS,
+    is_raw_tensor=is_raw_tensor,
 )

@@ -8,9 +8,11 @@ that builds one :class:`FamilySpec`; nothing else branches on its name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping
+from functools import cached_property
+from typing import Any, Callable, Iterator, Mapping
 
 Shape = tuple[str, ...]
 
@@ -19,8 +21,8 @@ class Role(str, Enum):
     """Canonical name of one head tensor, independent of any checkpoint's spelling."""
 
     FC = "fc"
-    PRE_FC_NORM_EMBEDDING = "pre_fc_norm_embedding"
     PRE_FC_NORM_HIDDEN = "pre_fc_norm_hidden"
+    PRE_FC_NORM_EMBEDDING = "pre_fc_norm_embedding"
     FINAL_NORM = "final_norm"
     INPUT_NORM = "input_norm"
     POST_ATTENTION_NORM = "post_attention_norm"
@@ -45,13 +47,36 @@ class Role(str, Enum):
     EXPERTS_DOWN = "experts_down"
 
 
+#: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
+ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
+#: expert tensors in any format (one per expert, fused, or stacked)
+EXPERT_ROLES = frozenset({Role.EXPERT_GATE, Role.EXPERT_UP, Role.EXPERT_DOWN, Role.EXPERTS_GATE_UP, Role.EXPERTS_DOWN})
+#: a fused gate+up stack holds these two roles, gate rows first (docs/SPEC.md §2)
+FUSED_PARTS: Mapping[Role, tuple[Role, ...]] = {
+    Role.EXPERTS_GATE_UP: (Role.EXPERT_GATE, Role.EXPERT_UP), Role.EXPERTS_DOWN: (Role.EXPERT_DOWN,),
+}
+#: the stacked expert format mlx-lm's ``SwitchGLU`` loads (also an ``--experts`` value)
+STACKED = "switch_mlp"
+
+
 @dataclass(frozen=True)
 class Row:
-    """One head tensor: its role, the family's key template and its shape template."""
+    """One head tensor: its role, the family's key template and its shape template.
+
+    ``optional``: a release may leave the tensor out (GLM-4.6 omits the ``shared_head.head`` /
+    ``embed_tokens`` copies GLM-4.5 ships); the head is complete without it.
+    """
 
     role: Role
     key: str
     shape: Shape
+    optional: bool = False
+
+    @cached_property
+    def pattern(self) -> "re.Pattern[str]":
+        """The template as a regex: ``{i}`` and ``{e}`` become named integer groups."""
+        body = re.escape(self.key).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{e\}", r"(?P<e>\d+)")
+        return re.compile(f"^{body}$")
 
 
 @dataclass(frozen=True)
@@ -72,10 +97,15 @@ class FamilySpec:
     #: roles stored zero-centred in the raw release; MLX adds ``norm_offset`` (docs/SPEC.md §4)
     norm_roles: frozenset[Role]
     norm_offset: float
-    #: prefix of the head's keys in a raw Hugging Face checkpoint (stripped to get bare keys)
+    #: prefix of the head's keys in a raw Hugging Face checkpoint (stripped to get bare keys); a
+    #: template where ``{N}`` is the config's ``head_index_key`` (a NextN layer appended after
+    #: the backbone's: ``model.layers.{N}.``), else a plain string (Qwen: ``mtp.``)
     hf_head_prefix: str
     #: prefixes of the head's keys inside an MLX folder's ``model*.safetensors``, stripped too
     mlx_head_prefixes: tuple[str, ...]
+    #: prefix of the head's keys in a file that holds only the head (the sidecar, vllm-mlx's
+    #: weights): the spelling the runtimes reading those files look up
+    head_file_prefix: str
     #: config keys runtimes read for the number of MTP layers, first one preferred
     count_keys: tuple[str, ...]
     #: config keys that announce the MTP layer count when a head is written (in order)
@@ -93,11 +123,100 @@ class FamilySpec:
     head_layer: Callable[[], type]
     #: config dimension -> config key (``text_config`` level); ``None`` marks derived ones
     dim_keys: Mapping[str, str] = field(default_factory=dict)
+    #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
+    head_index_key: str | None = None
+    #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
+    gguf_arch: str | None = None
+    #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
+    #: source's shard holding one is read for its header)
+    raw_marker_suffixes: tuple[str, ...] = ()
+    #: ``(key, shape) -> True`` for a backbone tensor only a raw release stores that way (how
+    #: mlx-lm tells a checkpoint to sanitize); None: the family has no such marker
+    is_raw_tensor: Callable[[str, tuple[int, ...]], bool] | None = None
 
-    @property
-    def norm_keys(self) -> frozenset[str]:
-        """Bare key templates of the zero-centred norms."""
-        return frozenset(r.key for r in (*self.head_rows, *self.layer_rows) if r.role in self.norm_roles)
+    def rows(self, fmt: str | None = None) -> Iterator[Row]:
+        """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats
+        when None). Per-head rows have no ``{i}``; per-layer rows are repeated per MTP layer."""
+        yield from (*self.head_rows, *self.layer_rows, *self.mlp_rows)
+        for f, rows in self.expert_rows.items():
+            if fmt is None or f == fmt:
+                yield from rows
+
+    def row(self, role: Role, fmt: str | None = None) -> Row:
+        """The row of ``role`` (experts: in format ``fmt``, default the stacked one)."""
+        want = fmt or (STACKED if role in EXPERT_ROLES else None)
+        for r in self.rows(want):
+            if r.role == role:
+                return r
+        raise KeyError(f"{self.name} has no {role.value} tensor" + (f" in the {want} expert format" if want else ""))
+
+    def key(self, role: Role, i: int = 0, e: int = 0, fmt: str | None = None) -> str:
+        """The bare key of ``role`` in MTP layer ``i`` (expert ``e``), as this family spells it."""
+        return self.row(role, fmt).key.format(i=i, e=e)
+
+    def module(self, role: Role, i: int = 0, e: int = 0, fmt: str | None = None) -> str:
+        """The module path of ``role`` (its key without ``.weight``): what quantization keys."""
+        k = self.key(role, i, e, fmt)
+        return k[: -len(".weight")] if k.endswith(".weight") else k
+
+    def match(self, bare: str) -> tuple[Row, str | None, int | None, int | None] | None:
+        """(row, expert format or None, MTP layer, expert) of a bare key or module path (the
+        reverse map, like gguf-py's ``TensorNameMap``); None for a key no row spells."""
+        for fmt, rows in ((None, (*self.head_rows, *self.layer_rows, *self.mlp_rows)), *self.expert_rows.items()):
+            for r in rows:
+                m = r.pattern.match(bare) or r.pattern.match(bare + ".weight")
+                if m:
+                    d = m.groupdict()
+                    return r, fmt, (int(d["i"]) if d.get("i") else None), (int(d["e"]) if d.get("e") else None)
+        return None
+
+    def role_of(self, bare: str) -> Role | None:
+        """The role of a bare key or module path, None for one this family does not spell."""
+        hit = self.match(bare)
+        return hit[0].role if hit else None
+
+    def head_prefix(self, config: Any = None) -> str:
+        """The raw checkpoint's head prefix, ``{N}`` filled from ``config`` (``head_index_key``)."""
+        if self.head_index_key is None:
+            return self.hf_head_prefix
+        if config is None:
+            raise ValueError(f"{self.name}'s head prefix depends on the config ({self.head_index_key})")
+        from ..inputs.model_config import as_config
+
+        return self.hf_head_prefix.format(N=getattr(as_config(config).text, self.head_index_key))
+
+    def head_prefixes(self, config: Any = None) -> tuple[str, ...]:
+        """Every prefix a head key of this family carries: the MLX spellings, the head-only
+        file's, then the raw one."""
+        return tuple(dict.fromkeys((*self.mlx_head_prefixes, self.head_file_prefix, self.head_prefix(config))))
+
+    def strip_prefix(self, key: str, config: Any = None) -> str | None:
+        """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""
+        p = next((p for p in self.head_prefixes(config) if key.startswith(p)), None)
+        return None if p is None else key[len(p):]
+
+    def is_head_key(self, key: str, config: Any = None) -> bool:
+        """A stored key (any layout) that belongs to the MTP head, not to the backbone."""
+        return self.strip_prefix(key, config) is not None
+
+    def is_norm_key(self, bare: str) -> bool:
+        """A zero-centred norm of this family (never e.g. ``linear_attn.norm``)."""
+        return self.role_of(bare) in self.norm_roles
+
+    def offset_of(self, bare: str) -> float:
+        """What MLX adds to this tensor of the raw release: ``norm_offset`` for a zero-centred
+        norm, 0 otherwise (and 0 everywhere for a raw-norm family)."""
+        return self.norm_offset if self.is_norm_key(bare) else 0.0
+
+    def expert_format_of(self, keys: Any) -> str:
+        """Which expert format (a key of ``expert_rows``) a set of bare keys uses; 'none' for
+        a dense head. Stacked first: a converted head is never taken for a source one."""
+        ks = list(keys)
+        order = sorted(self.expert_rows, key=lambda f: f != STACKED)
+        for fmt in order:
+            if any(r.pattern.match(k) for r in self.expert_rows[fmt] for k in ks):
+                return fmt
+        return "none"
 
 
 #: The seven RMSNorm kinds of a Qwen3 MTP head that are zero-centred in the source (docs/SPEC.md §4).

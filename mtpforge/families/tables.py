@@ -6,38 +6,57 @@ head a config implies, which keys are zero-centred norms. They never name a fami
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, InputError
 from ..inputs.model_config import as_config
-from .qwen3_5 import QWEN3_5
-from .spec import FamilySpec, Role, Row
+from .spec import STACKED, FamilySpec, Role, Row
 
 
-def _spec_for(config: Mapping[str, Any]) -> FamilySpec:
-    """The spec whose rows describe this config's head (an unknown config: Qwen3.5's rows,
-    which every family here shares)."""
+def family_spec(config: Mapping[str, Any]) -> FamilySpec:
+    """The spec whose rows describe this config's head. An unknown ``model_type`` is refused
+    here, in one line, as every command refuses it where it reads config.json: guessing another
+    family's rows is how heads get written into the wrong model."""
     from . import FAMILIES
     from .detect import detect_family
-    from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
 
-    spec = FAMILIES.get(detect_family(config) or "")
-    moe = is_moe(config)
-    if spec is None or spec.moe != moe:
-        spec = QWEN3_5_MOE if moe else QWEN3_5
-    return spec
-
-
-def _norm_suffix(role: Role) -> str:
-    key = next(r.key for r in QWEN3_5.head_rows + QWEN3_5.layer_rows if r.role == role)
-    return key.replace("layers.{i}.", "")
+    name = detect_family(config)
+    if name is None:
+        cfg = as_config(config)
+        raise InputError(f"{cfg.file} is not a model of a family mtpforge knows (model_type {cfg.model_type!r})",
+                         f"mtpforge handles the model types {', '.join(sorted({t for s in FAMILIES.values() for t in s.model_types}))}")
+    return FAMILIES[name]
 
 
-#: the seven zero-centred norm kinds as bare key suffixes (head norms, then per-layer ones)
-NORM_SUFFIXES: tuple[str, ...] = tuple(_norm_suffix(r) for r in (
-    Role.PRE_FC_NORM_HIDDEN, Role.PRE_FC_NORM_EMBEDDING, Role.FINAL_NORM, Role.INPUT_NORM,
-    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM))
+def spec_named(family: "str | FamilySpec") -> FamilySpec:
+    """A family's spec from its name (what plans and reports carry) or the spec itself."""
+    from . import FAMILIES
+
+    return family if isinstance(family, FamilySpec) else FAMILIES[family]
+
+
+def _all_specs() -> tuple[FamilySpec, ...]:
+    from . import FAMILIES
+
+    return tuple(FAMILIES.values())
+
+
+def _norm_groups() -> tuple[str, ...]:
+    """Every family's zero-centred norm kinds as bare key suffixes (the MTP layer's ``…{i}.``
+    stripped), in canonical Role order, each once."""
+    roles = sorted({r for s in _all_specs() for r in s.norm_roles}, key=list(Role).index)
+    out: list[str] = []
+    for role in roles:
+        for s in _all_specs():
+            k = next((r.key for r in s.rows() if r.role == role), None)
+            if k is not None and (g := k.split("{i}.")[-1]) not in out:
+                out.append(g)
+    return tuple(out)
+
+
+#: the zero-centred norm kinds of every family as bare key suffixes (head norms, then
+#: per-layer ones), built from the rows
+NORM_SUFFIXES: tuple[str, ...] = _norm_groups()
 
 
 def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,14 +67,15 @@ def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def dims(config: Mapping[str, Any]) -> dict[str, int]:
     """Config dimensions that the shape templates use (validated when config.json was read)."""
     cfg = as_config(config)
-    k = _spec_for(cfg).dim_keys
+    spec = family_spec(cfg)
+    k = spec.dim_keys
 
     def v(name: str, default: int | None = None) -> int:
         got = getattr(cfg.text, k[name], None)
         if got is None:
             if default is None:
                 raise CorruptFileError(f"{cfg.file} has no {k[name]}",
-                                       "pass a config.json of a Qwen3.5, Qwen3.6 or Qwen3-Next model")
+                                       f"pass the config.json of a {spec.name} model as released")
             return default
         return got
 
@@ -74,12 +94,12 @@ def is_moe(config: Mapping[str, Any]) -> bool:
     return (as_config(config).text.num_experts or 0) > 0
 
 
-def declared_mtp_layers(config: Mapping[str, Any], family: str | None) -> int:
-    """How many MTP layers the config declares (0 when it declares none)."""
-    from . import FAMILIES
-
+def declared_mtp_layers(config: Mapping[str, Any], family: "str | FamilySpec | None") -> int:
+    """How many MTP layers the config declares (0 when it declares none). ``family`` None reads
+    every family's count keys (a folder whose family is not settled yet)."""
     cfg = as_config(config)
-    keys = FAMILIES[family].count_keys if family in FAMILIES else ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+    specs = (spec_named(family),) if family is not None else _all_specs()
+    keys = dict.fromkeys(k for s in specs for k in s.count_keys)
     for k in keys:
         for level in (cfg.text, cfg.top):
             n = getattr(level, k, None)
@@ -89,59 +109,74 @@ def declared_mtp_layers(config: Mapping[str, Any], family: str | None) -> int:
 
 
 def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str | None = None) -> dict[str, tuple[int, ...]]:
-    """Bare head keys -> unquantized shapes, for ``n_layers`` MTP layers.
+    """Bare head keys -> unquantized shapes, for ``n_layers`` MTP layers (optional rows left
+    out: a head is complete without them).
 
-    ``expert_format`` is one of EXPERT_FORMATS for MoE configs and ignored for dense ones.
+    ``expert_format`` is one of the family's expert formats for MoE configs (default: the
+    stacked one) and ignored for dense ones.
     """
     dm = dims(config)
-    spec = _spec_for(config)
-    rows: tuple[Row, ...] = spec.head_rows
+    spec = family_spec(config)
     per_layer: tuple[Row, ...] = spec.layer_rows + spec.mlp_rows
-    expert_rows = spec.expert_rows[expert_format or "switch_mlp"] if spec.moe else ()
-    out: dict[str, tuple[int, ...]] = {r.key: tuple(dm[s] for s in r.shape) for r in rows}
+    expert_rows = spec.expert_rows[expert_format or STACKED] if spec.moe else ()
+    out: dict[str, tuple[int, ...]] = {r.key: tuple(dm[s] for s in r.shape) for r in spec.head_rows if not r.optional}
     for i in range(n_layers):
-        for r in per_layer:
-            out[r.key.format(i=i)] = tuple(dm[s] for s in r.shape)
-        for r in expert_rows:
+        for r in (*per_layer, *expert_rows):
+            if r.optional:
+                continue
             shape = tuple(dm[s] for s in r.shape)
-            if "{e}" in r.key:
-                for e in range(dm["E"]):
-                    out[r.key.format(i=i, e=e)] = shape
-            else:
-                out[r.key.format(i=i)] = shape
+            for e in range(dm["E"] if "{e}" in r.key else 1):
+                out[r.key.format(i=i, e=e)] = shape
     return out
 
 
-def is_norm_key(bare: str) -> bool:
-    """One of the family's zero-centred MTP norm kinds (never ``linear_attn.norm``)."""
-    templ = bare
-    if bare.startswith("layers."):
-        parts = bare.split(".", 2)
-        templ = "layers.{i}." + parts[2] if len(parts) == 3 else bare
-    return templ in _norm_templates()
+def is_optional_key(bare: str, family: "str | FamilySpec") -> bool:
+    """A tensor the family's releases may leave out (``Row.optional``)."""
+    hit = spec_named(family).match(bare)
+    return hit is not None and hit[0].optional
 
 
-@lru_cache(maxsize=None)
-def _norm_templates() -> frozenset[str]:
+def is_norm_key(bare: str, family: "str | FamilySpec | None" = None) -> bool:
+    """One of the family's zero-centred MTP norm kinds (never ``linear_attn.norm``); ``family``
+    None: of any family (for a key set read without its config)."""
+    specs = (spec_named(family),) if family is not None else _all_specs()
+    return any(s.is_norm_key(bare) for s in specs)
+
+
+def norm_offset(bare: str, family: "str | FamilySpec") -> float:
+    """What MLX adds to this tensor of the family's raw release (0 for any other tensor, and
+    for every tensor of a raw-norm family)."""
+    return spec_named(family).offset_of(bare)
+
+
+def head_specs(config: Mapping[str, Any]) -> tuple[FamilySpec, ...]:
+    """The config's family, or every family when it names none: checks that only set the head
+    apart from the backbone run before (or without) a family's refusal."""
     from . import FAMILIES
+    from .detect import detect_family
 
-    return frozenset().union(*(s.norm_keys for s in FAMILIES.values()))
-
-
-def norm_offset(bare: str) -> float:
-    """What MLX adds to a zero-centred norm of the raw release (0 for any other tensor)."""
-    from . import FAMILIES
-
-    return next((s.norm_offset for s in FAMILIES.values() if is_norm_key(bare)), 0.0)
+    name = detect_family(config)
+    return (FAMILIES[name],) if name is not None else _all_specs()
 
 
-def expert_format_of(keys: set[str] | list[str]) -> str:
+def is_head_key(key: str, config: Mapping[str, Any]) -> bool:
+    """A stored key (raw, head-file or any MLX layout) of an MTP head, not of the backbone."""
+    return any(s.is_head_key(key, config) for s in head_specs(config))
+
+
+def role_of(bare: str, family: "str | FamilySpec | None" = None) -> Role | None:
+    """The canonical role of a bare key or module path (``family`` None: the first family that
+    spells it)."""
+    specs = (spec_named(family),) if family is not None else _all_specs()
+    return next((r for s in specs if (r := s.role_of(bare)) is not None), None)
+
+
+def expert_format_of(keys: Iterable[str], config: Mapping[str, Any]) -> str:
     """Which expert layout a set of bare head keys uses ('none' for a dense head)."""
-    ks = set(keys)
-    if any(".mlp.switch_mlp." in k for k in ks):
-        return "switch_mlp"
-    if any(k.endswith("mlp.experts.gate_up_proj") for k in ks):
-        return "fused"
-    if any(".mlp.experts." in k for k in ks):
-        return "per-expert"
-    return "none"
+    return family_spec(config).expert_format_of(keys)
+
+
+def mtp_layers_of(keys: Iterable[str], family: "str | FamilySpec") -> set[int]:
+    """The MTP layer indices a set of bare head keys holds (``{i}`` of the family's rows)."""
+    spec = spec_named(family)
+    return {hit[2] for k in keys if (hit := spec.match(k)) is not None and hit[2] is not None}

@@ -154,7 +154,7 @@ def add_mtp_gguf(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Add the source's MTP head for llama.cpp; see the module docstring."""
-    from ..pipeline import _planned_requests
+    from ..source import planned_requests
 
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
@@ -168,7 +168,7 @@ def add_mtp_gguf(
                         files_to_write=[str(g.dest), str(manifest_path(g.dest)), str(g.dest.parent / CARD)],
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
                         fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
-                        fetch_requests=None if g.src.local else _planned_requests(g.to_fetch),
+                        fetch_requests=None if g.src.local else planned_requests(g.to_fetch),
                         peak_memory_estimate=_peak_estimate(g.plan),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
         return g.report
@@ -203,7 +203,7 @@ class _GgufPlan:
 
 def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | None, output: str | None,
           prog: Progress) -> _GgufPlan:
-    from ..pipeline import _source_fingerprint
+    from ..source import source_fingerprint
 
     trunk, family = _open_trunk(target)
     tpath = trunk.path
@@ -218,7 +218,7 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
     dest, carried = _destination(trunk, tpath, row, prec, output)
     sizes = {f: src.store.size(f) for f in {i.file for i in src.entries.values()}}
     fingerprint = {
-        "source": _source_fingerprint(sizes, src.entries, src.commit, src.store),
+        "source": source_fingerprint(sizes, src.entries, src.commit, src.store),
         "trunk": trunk_fingerprint(trunk),
         "options": {"layout": row.name, "precision": prec},
     }
@@ -256,11 +256,11 @@ def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, outpu
 
 
 def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress) -> None:
-    from ..pipeline import _reader
+    from ..source import reader
 
     trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
     prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
-    read, fetched, mode = _reader(src.store, g.to_fetch, fetch, progress)
+    read, fetched, mode = reader(src.store, g.to_fetch, fetch, progress)
     g.report.update(fetched_bytes=fetched, fetch_mode=mode)
     out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in g.carried]
     out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]

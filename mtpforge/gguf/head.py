@@ -21,12 +21,13 @@ import numpy as np
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, RefusedError
-from ..families.tables import dims, norm_offset
+from ..families.spec import FUSED_PARTS, Role
+from ..families.tables import dims, family_spec
 from ..passes.experts import parse_expert_key
 from ..passes.fp8 import dequantize_block_fp8
 from ..passes.norms import add_offset
 from ..plan import SliceRef, source_expert_slices
-from .names import EXPERT_NAMES, gguf_name, keeps_f32
+from .names import expert_name, gguf_name, keeps_f32
 
 Q = gguf.GGMLQuantizationType
 
@@ -85,32 +86,31 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
               precision: str, src_fmt: str) -> list[HeadTensor]:
     """Every llama.cpp tensor of the head, in a stable order."""
     out: list[HeadTensor] = []
-    stacks: set[tuple[str, str]] = set()
+    stacks: set[tuple[int, Role]] = set()
     E = dims(src_config)["E"]
+    spec = family_spec(src_config)
     for bare in sorted(entries):
         if bare.endswith("_scale_inv"):
             continue
-        parsed = parse_expert_key(bare)
+        parsed = parse_expert_key(bare, spec)
         if parsed is not None:
-            _, mlp, _, _ = parsed
-            projs = ("gate_proj", "up_proj") if bare.endswith("gate_up_proj") else \
-                ("down_proj",) if bare.endswith("experts.down_proj") else (parsed[3],)
-            for proj in projs:
-                if (mlp, proj) in stacks:
+            _, layer, _, role, _ = parsed
+            for part in FUSED_PARTS.get(role, (role,)):
+                if (layer, part) in stacks:
                     continue
-                stacks.add((mlp, proj))
-                sl = source_expert_slices(proj, mlp, src_fmt, entries, E)
-                layer = int(mlp.split(".")[1])
-                name = f"blk.{n_trunk + layer}.{EXPERT_NAMES[proj]}"
+                stacks.add((layer, part))
+                sl = source_expert_slices(part, layer, src_fmt, entries, E, spec)
+                name = expert_name(part, layer, n_trunk)
                 shape = (E,) + tuple(sl[0].shape)
                 out.append(HeadTensor(name, _type_for(name, shape, precision), shape, sl, 0.0))
             continue
-        name = gguf_name(bare, n_trunk)
+        name = gguf_name(bare, n_trunk, spec)
         if name is None:
-            raise RefusedError(f"source tensor mtp.{bare} has no llama.cpp name", "report this with the source repo id")
+            raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{bare} has no llama.cpp name",
+                               "report this with the source repo id")
         info = entries[bare]
         out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape),
-                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], norm_offset(bare)))
+                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], spec.offset_of(bare)))
     return sorted(out, key=lambda t: t.name)
 
 

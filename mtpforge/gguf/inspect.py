@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..families import FAMILIES
 from ..findings import Finding, finding
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
-from .names import FAMILY_OF_ARCH, HEAD_NAMES, LAYER_NAMES, SHARED_TENSORS, block_of, expected_block, is_shifted_norm
+from .names import FAMILY_OF_ARCH, SHARED_TENSORS, block_of, expected_block, norm_sources
 
 
 def _dims(g: GgufFile) -> dict[str, int]:
@@ -118,11 +119,10 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
 
     src = open_source_head(source, revision)
     b0 = _mtp_blocks(head)[0]
-    rev = {f"blk.{b0}.{v}": k for k, v in HEAD_NAMES.items()}
-    rev.update({f"blk.{b0}.{v}": f"layers.0.{k}" for k, v in LAYER_NAMES.items()})
+    rev = norm_sources(FAMILIES[src.family], b0)
     kinds: dict[str, str] = {}
     for name, t in head.tensors.items():
-        if not is_shifted_norm(name) or name not in rev or rev[name] not in src.entries:
+        if name not in rev or rev[name] not in src.entries:
             continue
         info = src.entries[rev[name]]
         raw = src.store.read_range(info.file, info.begin, info.end)

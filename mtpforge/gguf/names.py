@@ -2,53 +2,52 @@
 
 llama.cpp stores the MTP layer as one more block after the trunk's: ``blk.{n}`` with ``n`` the
 trunk's layer count, holding the ordinary layer tensors plus four ``nextn.*`` tensors. The rows
-below map a bare source key (relative to ``mtp.``, ``{i}`` = MTP layer) to that name; they are
-checked against llama.cpp's own converter in the tests. Expert tensors (per-expert, fused) are
-stacked into one ``ffn_*_exps`` tensor per projection.
+below map a canonical :class:`~mtpforge.families.spec.Role` to that name (the family spec spells
+the source key); they are checked against llama.cpp's own converter in the tests. Expert tensors
+(per-expert, fused) are stacked into one ``ffn_*_exps`` tensor per projection.
 """
 
 from __future__ import annotations
 
 import re
 
-#: mtpforge family -> llama.cpp architecture (``general.architecture``)
-ARCH: dict[str, str] = {"qwen3_5": "qwen35", "qwen3_5_moe": "qwen35moe", "qwen3_next": "qwen3next"}
+from ..families import FAMILIES
+from ..families.spec import EXPERT_ROLES, FamilySpec, Role
+
+#: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
+ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
 FAMILY_OF_ARCH = {v: k for k, v in ARCH.items()}
 
-#: head-level tensors: they belong to the first MTP block
-HEAD_NAMES: dict[str, str] = {
-    "fc.weight": "nextn.eh_proj.weight",
-    "pre_fc_norm_embedding.weight": "nextn.enorm.weight",
-    "pre_fc_norm_hidden.weight": "nextn.hnorm.weight",
-    "norm.weight": "nextn.shared_head_norm.weight",
+#: Role -> llama.cpp's name relative to ``blk.{n}.`` (gguf-py's ``MODEL_TENSOR`` rows:
+#: ``NEXTN_EH_PROJ``, ``NEXTN_ENORM``, ``ATTN_NORM``, ``FFN_GATE_EXP``, ...). Per-head roles land
+#: in the first MTP block, per-layer ones in block ``n_trunk + i``; the expert roles name the
+#: stacked tensor (one per projection, experts on the slowest axis).
+TENSOR_NAMES: dict[Role, str] = {
+    Role.FC: "nextn.eh_proj.weight",
+    Role.PRE_FC_NORM_EMBEDDING: "nextn.enorm.weight",
+    Role.PRE_FC_NORM_HIDDEN: "nextn.hnorm.weight",
+    Role.FINAL_NORM: "nextn.shared_head_norm.weight",
+    Role.INPUT_NORM: "attn_norm.weight",
+    Role.POST_ATTENTION_NORM: "post_attention_norm.weight",
+    Role.Q_PROJ: "attn_q.weight",
+    Role.K_PROJ: "attn_k.weight",
+    Role.V_PROJ: "attn_v.weight",
+    Role.O_PROJ: "attn_output.weight",
+    Role.Q_NORM: "attn_q_norm.weight",
+    Role.K_NORM: "attn_k_norm.weight",
+    Role.MLP_GATE: "ffn_gate.weight",
+    Role.MLP_UP: "ffn_up.weight",
+    Role.MLP_DOWN: "ffn_down.weight",
+    Role.ROUTER: "ffn_gate_inp.weight",
+    Role.SHARED_GATE: "ffn_gate_shexp.weight",
+    Role.SHARED_UP: "ffn_up_shexp.weight",
+    Role.SHARED_DOWN: "ffn_down_shexp.weight",
+    Role.SHARED_EXPERT_GATE: "ffn_gate_inp_shexp.weight",
+    Role.EXPERT_GATE: "ffn_gate_exps.weight",
+    Role.EXPERT_UP: "ffn_up_exps.weight",
+    Role.EXPERT_DOWN: "ffn_down_exps.weight",
 }
 
-#: per-layer tensors, relative to ``layers.{i}.`` -> relative to ``blk.{n}.``
-LAYER_NAMES: dict[str, str] = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    "mlp.gate.weight": "ffn_gate_inp.weight",
-    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
-    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
-    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
-    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
-}
-
-#: expert projection -> stacked tensor (one per projection, experts on the slowest axis)
-EXPERT_NAMES: dict[str, str] = {
-    "gate_proj": "ffn_gate_exps.weight",
-    "up_proj": "ffn_up_exps.weight",
-    "down_proj": "ffn_down_exps.weight",
-}
 
 #: the trunk tensors an MTP-only file carries for the draft model (llama.cpp's converter keeps
 #: exactly these three beside the MTP block)
@@ -59,18 +58,21 @@ SHARED_TENSORS: tuple[str, ...] = ("token_embd.weight", "output_norm.weight", "o
 F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "ffn_gate_inp.weight",
                                  "ffn_gate_inp_shexp.weight")
 
-_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
-def gguf_name(bare: str, n_trunk: int) -> str | None:
-    """The GGUF name of a non-expert source head tensor (None for expert tensors)."""
-    if bare in HEAD_NAMES:
-        return f"blk.{n_trunk}.{HEAD_NAMES[bare]}"
-    m = _LAYER.match(bare)
-    if m and m.group(2) in LAYER_NAMES:
-        return f"blk.{n_trunk + int(m.group(1))}.{LAYER_NAMES[m.group(2)]}"
-    return None
+def gguf_name(bare: str, n_trunk: int, spec: FamilySpec) -> str | None:
+    """The GGUF name of a non-expert source head tensor (None for expert tensors and for a key
+    the family does not spell)."""
+    hit = spec.match(bare)
+    if hit is None or hit[0].role in EXPERT_ROLES or hit[0].role not in TENSOR_NAMES:
+        return None
+    return f"blk.{n_trunk + (hit[2] or 0)}.{TENSOR_NAMES[hit[0].role]}"
+
+
+def expert_name(role: Role, layer: int, n_trunk: int) -> str:
+    """The stacked GGUF tensor of expert ``role`` in MTP layer ``layer``."""
+    return f"blk.{n_trunk + layer}.{TENSOR_NAMES[role]}"
 
 
 def block_of(name: str) -> int | None:
@@ -83,15 +85,14 @@ def keeps_f32(name: str, n_dims: int) -> bool:
     return n_dims <= 1 or name.endswith(F32_SUFFIXES)
 
 
-#: llama.cpp's norms that the converter shifts +1 (zero-centred in the source), by GGUF suffix
-SHIFTED_NORMS: tuple[str, ...] = (
-    "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight",
-    "attn_norm.weight", "post_attention_norm.weight", "attn_q_norm.weight", "attn_k_norm.weight",
-)
-
-
-def is_shifted_norm(name: str) -> bool:
-    return name.endswith(SHIFTED_NORMS)
+def norm_sources(spec: FamilySpec, block: int) -> dict[str, str]:
+    """The first MTP block's zero-centred norms: GGUF name -> bare source key (the norms
+    llama.cpp's converter shifts by the family's offset)."""
+    out = {}
+    for r in spec.rows():
+        if r.role in spec.norm_roles and (name := gguf_name(r.key.format(i=0, e=0), block, spec)) is not None:
+            out[name] = r.key.format(i=0, e=0)
+    return out
 
 
 #: the MTP block as llama.cpp loads it, with shapes (numpy order) in trunk dimensions:

@@ -9,7 +9,8 @@ from typing import Any
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.store import LocalStore, Store
 from ..errors import RefusedError
-from ..families.tables import declared_mtp_layers, dims
+from ..families import FAMILIES
+from ..families.tables import declared_mtp_layers, dims, mtp_layers_of
 from ..inputs.model_config import as_config
 from ..layouts.detect import locate_head
 from ..plan import validate_source_head
@@ -33,13 +34,14 @@ class SourceHead:
 
 
 def open_source_head(source: str, revision: str | None) -> SourceHead:
-    from ..pipeline import read_source
+    from ..source import read_source
 
     store, cat, family = read_source(source, revision, "trunk's model")
     loc = locate_head(cat, family)
     if loc.layout != "hf" or not loc.entries:
-        raise RefusedError(f"source {source} has no MTP tensors (mtp.*)", "pass the original checkpoint, which ships the head")
-    n = declared_mtp_layers(cat.config, family) or (1 + max(int(k.split(".")[1]) for k in loc.entries if k.startswith("layers.")))
+        raise RefusedError(f"source {source} has no MTP tensors ({FAMILIES[family].head_prefix(cat.config)}*)",
+                           "pass the original checkpoint, which ships the head")
+    n = declared_mtp_layers(cat.config, family) or (1 + max(mtp_layers_of(loc.entries, family), default=0))
     fmt = validate_source_head(cat.config, loc.entries, n)
     return SourceHead(store, cat.config, family, dict(loc.entries), n, fmt, getattr(store, "commit", None))
 

@@ -11,6 +11,7 @@ from ..checkpoint.catalogue import Catalogue
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..families import FAMILIES
+from ..families.tables import head_specs
 from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE, VLLM_MLX_WEIGHTS, loads_in_mlx_lm_glob
 
 
@@ -43,29 +44,33 @@ class HeadLocation:
 
 
 def is_raw_hf(cat: Catalogue) -> bool:
-    """A raw Hugging Face checkpoint, told the way mlx-lm tells it: an unsanitized conv1d
-    [C, 1, K] (Qwen3-Next: per-expert backbone experts)."""
-    for k, info in cat.tensors.items():
-        if k.endswith("conv1d.weight") and len(info.shape) == 3 and info.shape[-1] != 1:
-            return True
-        if k.startswith("model.layers.") and k.endswith(".mlp.experts.0.up_proj.weight"):
-            return True
-    return False
+    """A raw Hugging Face checkpoint, told the way mlx-lm tells it (the family's
+    ``is_raw_tensor``: Qwen's unsanitized conv1d [C, 1, K], or per-expert backbone experts)."""
+    tests = [s.is_raw_tensor for s in head_specs(cat.config) if s.is_raw_tensor is not None]
+    return any(t(k, tuple(info.shape)) for k, info in cat.tensors.items() for t in tests)
 
 
 #: key prefixes that put a head in the embedded layout (the nested families' MLX spelling)
 _EMBEDDED_PREFIXES = tuple(p for f in FAMILIES.values() if f.nested_text_config for p in f.mlx_head_prefixes)
 
 
+def _flat_prefixes(cat: Catalogue, family: str | None) -> tuple[str, ...]:
+    """Prefixes of a head stored outside the language model's namespace: the head-only files'
+    spelling and the raw release's (every family's while the family is unknown)."""
+    specs = (FAMILIES[family],) if family in FAMILIES else tuple(FAMILIES.values())
+    return tuple(dict.fromkeys(p for s in specs for p in (s.head_file_prefix, s.head_prefix(cat.config))))
+
+
 def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
-    """The layout of an ``mtp.*`` key by the file that holds it."""
+    """The layout of a head key outside the language model's namespace, by the file that
+    holds it."""
     if file == SIDECAR_FILE:
         return "sidecar"
     if file == VLLM_MLX_WEIGHTS:
         return "vllm-mlx"
     if raw:
         return "hf"
-    # a family without an embedded layout keeps mtp.* in model*.safetensors only for vllm-mlx
+    # a family without an embedded layout keeps its head in model*.safetensors only for vllm-mlx
     if family in FAMILIES and "embedded" not in FAMILIES[family].layouts and loads_in_mlx_lm_glob(file):
         return "vllm-mlx"
     return "embedded"
@@ -74,13 +79,14 @@ def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
 def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, TensorInfo]]:
     found: dict[str, dict[str, TensorInfo]] = {}
     raw = is_raw_hf(cat)
+    flat = _flat_prefixes(cat, family)
     for h in cat.headers.values():
         for key, info in h.tensors.items():
             prefix = next((p for p in _EMBEDDED_PREFIXES if key.startswith(p)), None)
             if prefix is not None:
                 found.setdefault("embedded", {})[key[len(prefix):]] = info
-            elif key.startswith("mtp."):
-                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len("mtp."):]] = info
+            elif (prefix := next((p for p in flat if key.startswith(p)), None)) is not None:
+                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len(prefix):]] = info
     return found
 
 

@@ -18,7 +18,9 @@ from ..checkpoint.catalogue import load_catalogue
 from ..checkpoint.store import LocalStore
 from ..errors import RefusedError
 from ..families.detect import detect_family
-from ..families.tables import declared_mtp_layers, expected_head, expert_format_of, is_moe, text_config
+from ..families import FAMILIES
+from ..families.spec import STACKED
+from ..families.tables import declared_mtp_layers, expected_head, expert_format_of, is_moe, mtp_layers_of, text_config
 from ..passes.experts import to_switch_mlp
 from ..passes.norms import shift_norms
 from .detect import locate_head, read_entries
@@ -36,7 +38,7 @@ class HeadWeights:
 
     @property
     def n_layers(self) -> int:
-        return 1 + max((int(k.split(".")[1]) for k in self.tensors if k.startswith("layers.")), default=0)
+        return 1 + max(mtp_layers_of(self.tensors, self.family), default=0)
 
 
 def drafter_folder(target: Path) -> Path:
@@ -51,6 +53,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     family = detect_family(cat.config)
     if family is None:
         raise RefusedError(*not_handled(str(folder), cat.config, "pass an MLX model folder"))
+    spec = FAMILIES[family]
     loc = locate_head(cat, family)
     if loc.layout == "none" and drafter_folder(folder).is_dir():
         return load_head_weights(drafter_folder(folder))
@@ -64,13 +67,13 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     tensors = read_entries(cat, loc.entries)
     notes = []
     if loc.layout == "hf":
-        tensors = shift_norms(tensors)  # mlx-lm shifts a raw checkpoint's norms on load; so do we
+        tensors = shift_norms(tensors, spec.norm_offset, spec)  # mlx-lm shifts a raw checkpoint's norms on load; so do we
         notes.append("raw Hugging Face head: norms shifted on load")
-    fmt = expert_format_of(list(tensors)) if is_moe(cat.config) else "none"
+    fmt = expert_format_of(tensors, cat.config) if is_moe(cat.config) else "none"
     n_layers = declared_mtp_layers(cat.config, family) or 1
-    expected = expected_head(cat.config, n_layers, "switch_mlp" if fmt != "none" else None)
-    if fmt in ("per-expert", "fused"):
-        tensors = to_switch_mlp(tensors)
+    expected = expected_head(cat.config, n_layers, STACKED if fmt != "none" else None)
+    if fmt not in ("none", STACKED):
+        tensors = to_switch_mlp(tensors, spec)
     _check_fits(folder, tensors, expected)
     quant: dict[str, dict[str, Any]] = {}
     for k in list(tensors):

@@ -12,7 +12,7 @@ SIDECAR_CONFIG_KEY = "mlx_lm_extra_tensors"
 
 
 def place(family: FamilySpec) -> Placement:
-    return Placement("sidecar", SIDECAR_FILE, "mtp.", False, family.mlx_head_prefixes[0],
+    return Placement("sidecar", SIDECAR_FILE, family.head_file_prefix, False, family.mlx_head_prefixes[0],
                      count_keys=family.count_keys_written, sidecar_reference=True)
 
 

@@ -19,9 +19,9 @@ VLLM_MLX_COUNT_KEY = "num_nextn_predict_layers"
 def place(family: FamilySpec) -> Placement:
     keys = (VLLM_MLX_COUNT_KEY,) + tuple(k for k in family.count_keys_written if k != VLLM_MLX_COUNT_KEY)
     if family.nested_text_config:
-        return Placement("vllm-mlx", VLLM_MLX_WEIGHTS, "mtp.", False, family.mlx_head_prefixes[0],
+        return Placement("vllm-mlx", VLLM_MLX_WEIGHTS, family.head_file_prefix, False, family.mlx_head_prefixes[0],
                          count_keys=keys, vllm_manifest=True)
-    return Placement("vllm-mlx", EMBEDDED_FILE, "mtp.", True, family.mlx_head_prefixes[0],
+    return Placement("vllm-mlx", EMBEDDED_FILE, family.head_file_prefix, True, family.mlx_head_prefixes[0],
                      count_keys=keys)
 
 

@@ -1,4 +1,5 @@
-"""Expert formats: per-expert, fused ``gate_up_proj``, stacked ``switch_mlp``.
+"""Expert formats: per-expert, fused gate+up, stacked (``switch_mlp``), by Role: the family spec
+spells each key.
 
 Everything here works one expert at a time, because a stacked tensor [E, ...] is contiguous per
 expert: the writer can place each expert's slice straight into the output file and never hold a
@@ -7,26 +8,30 @@ whole multi-GB stack (docs/SPEC.md §4).
 
 from __future__ import annotations
 
-import re
 from typing import Iterator, Mapping
 
 import mlx.core as mx
 
-_PER_EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
-_FUSED = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(gate_up_proj|down_proj)$")
-_SWITCH = re.compile(r"^(layers\.\d+\.mlp)\.switch_mlp\.(gate_proj|up_proj|down_proj)\.weight$")
+from ..families.spec import FUSED_PARTS, STACKED, FamilySpec, Role
+
+#: the fused stack that holds each expert role (the reverse of ``FUSED_PARTS``)
+FUSED_OF: Mapping[Role, Role] = {part: whole for whole, parts in FUSED_PARTS.items() for part in parts}
+#: the stacked projections, in the order a stack is written
+STACK_ROLES = (Role.EXPERT_GATE, Role.EXPERT_UP, Role.EXPERT_DOWN)
 
 
-def fused_rows(proj: str, rows: int) -> tuple[int, int]:
-    """[start, end) rows of ``proj`` inside one expert's fused ``gate_up_proj`` slab of ``rows``
-    rows: gate first, then up, on axis -2 (docs/SPEC.md §2)."""
-    half = rows // 2
-    return (half, rows) if proj == "up_proj" else (0, half)
+def fused_rows(role: Role, rows: int) -> tuple[int, int]:
+    """[start, end) rows of ``role`` inside one expert's fused gate+up slab of ``rows`` rows:
+    its parts in ``FUSED_PARTS`` order (gate first, then up) on axis -2 (docs/SPEC.md §2)."""
+    parts = FUSED_PARTS[FUSED_OF[role]]
+    n = rows // len(parts)
+    k = parts.index(role)
+    return k * n, (k + 1) * n
 
 
-def expert_span(src_fmt: str, proj: str, e: int, n_experts: int, shape: tuple[int, ...],
+def expert_span(src_fmt: str, role: Role, e: int, n_experts: int, shape: tuple[int, ...],
                 nbytes: int) -> tuple[int, int, tuple[int, ...]]:
-    """The slice pass the writer runs: where expert ``e``'s ``proj`` lies inside the source
+    """The slice pass the writer runs: where expert ``e``'s ``role`` lies inside the source
     tensor (``shape``, ``nbytes``), as a contiguous byte range and its 2-D shape. A per-expert
     tensor is its own slice; a fused stack [E, rows, cols] is contiguous per expert, and gate and
     up are contiguous row ranges within it."""
@@ -34,9 +39,7 @@ def expert_span(src_fmt: str, proj: str, e: int, n_experts: int, shape: tuple[in
         return 0, nbytes, tuple(shape)
     per = nbytes // n_experts
     rows, cols = shape[1], shape[2]
-    if proj == "down_proj":
-        return e * per, (e + 1) * per, (rows, cols)
-    a, b = fused_rows(proj, rows)
+    a, b = fused_rows(role, rows)
     row_bytes = per // rows
     return e * per + a * row_bytes, e * per + b * row_bytes, (b - a, cols)
 
@@ -44,61 +47,55 @@ def expert_span(src_fmt: str, proj: str, e: int, n_experts: int, shape: tuple[in
 def split_gate_up(gate_up: mx.array) -> tuple[mx.array, mx.array]:
     """Whole tensor: a fused ``gate_up_proj`` as its gate and up halves (``fused_rows``)."""
     rows = gate_up.shape[-2]
-    (g0, g1), (u0, u1) = fused_rows("gate_proj", rows), fused_rows("up_proj", rows)
+    (g0, g1), (u0, u1) = fused_rows(Role.EXPERT_GATE, rows), fused_rows(Role.EXPERT_UP, rows)
     return gate_up[..., g0:g1, :], gate_up[..., u0:u1, :]
 
 
-def switch_key(mlp: str, proj: str) -> str:
-    return f"{mlp}.switch_mlp.{proj}.weight"
+def _specs(spec: FamilySpec | None) -> tuple[FamilySpec, ...]:
+    from ..families import FAMILIES
+
+    return (spec,) if spec is not None else tuple(FAMILIES.values())
 
 
-def per_expert_key(mlp: str, e: int, proj: str) -> str:
-    return f"{mlp}.experts.{e}.{proj}.weight"
-
-
-def parse_expert_key(bare: str) -> tuple[str, str, int | None, str] | None:
-    """(format, mlp prefix, expert or None, projection) for an expert tensor key, else None."""
-    if m := _PER_EXPERT.match(bare):
-        return "per-expert", m.group(1), int(m.group(2)), m.group(3)
-    if m := _FUSED.match(bare):
-        return "fused", m.group(1), None, m.group(2)
-    if m := _SWITCH.match(bare):
-        return "switch_mlp", m.group(1), None, m.group(2)
+def parse_expert_key(bare: str, spec: FamilySpec | None = None) -> tuple[str, int, int | None, Role, FamilySpec] | None:
+    """(format, MTP layer, expert or None, role, the spec that spells it) for an expert tensor
+    key, else None. ``spec`` None: any family's spelling (heads read without their config)."""
+    for sp in _specs(spec):
+        hit = sp.match(bare)
+        if hit is not None and hit[1] is not None:
+            row, fmt, i, e = hit
+            return fmt, i or 0, e, row.role, sp
     return None
 
 
-def expert_slices(bare: str, value: mx.array) -> Iterator[tuple[str, int, mx.array]]:
-    """Yield (switch_mlp key, expert index, 2-D slice) for one source expert tensor."""
-    parsed = parse_expert_key(bare)
+def expert_slices(bare: str, value: mx.array, spec: FamilySpec | None = None) -> Iterator[tuple[str, int, mx.array]]:
+    """Yield (stacked key, expert index, 2-D slice) for one source expert tensor."""
+    parsed = parse_expert_key(bare, spec)
     if parsed is None:
         raise ValueError(f"{bare} is not an expert tensor")
-    fmt, mlp, e, proj = parsed
-    if fmt == "per-expert":
-        assert e is not None
-        yield switch_key(mlp, proj), e, value
-    elif fmt == "switch_mlp":
-        for i in range(value.shape[0]):
-            yield bare, i, value[i]
-    elif proj == "gate_up_proj":
-        for i in range(value.shape[0]):
-            g, u = split_gate_up(value[i])
-            yield switch_key(mlp, "gate_proj"), i, g
-            yield switch_key(mlp, "up_proj"), i, u
+    fmt, i, e, role, sp = parsed
+    if fmt == STACKED:
+        for n in range(value.shape[0]):
+            yield bare, n, value[n]
+    elif e is not None:
+        yield sp.key(role, i), e, value
     else:
-        for i in range(value.shape[0]):
-            yield switch_key(mlp, "down_proj"), i, value[i]
+        for n in range(value.shape[0]):
+            for part in FUSED_PARTS[role]:
+                a, b = fused_rows(part, value.shape[-2])
+                yield sp.key(part, i), n, value[n][a:b]
 
 
-def to_switch_mlp(tensors: Mapping[str, mx.array]) -> dict[str, mx.array]:
-    """Whole-head conversion to stacked ``switch_mlp`` (for heads that fit in memory: the decoder
+def to_switch_mlp(tensors: Mapping[str, mx.array], spec: FamilySpec | None = None) -> dict[str, mx.array]:
+    """Whole-head conversion to stacked experts (for heads that fit in memory: the decoder
     and tests). Non-expert tensors pass through unchanged."""
     out: dict[str, mx.array] = {}
     parts: dict[str, dict[int, mx.array]] = {}
     for k, v in tensors.items():
-        if parse_expert_key(k) is None:
+        if parse_expert_key(k, spec) is None:
             out[k] = v
             continue
-        for dest, e, sl in expert_slices(k, v):
+        for dest, e, sl in expert_slices(k, v, spec):
             parts.setdefault(dest, {})[e] = sl
     for dest, by_e in parts.items():
         n = len(by_e)
@@ -108,24 +105,27 @@ def to_switch_mlp(tensors: Mapping[str, mx.array]) -> dict[str, mx.array]:
     return out
 
 
-def from_switch_mlp(tensors: Mapping[str, mx.array], fmt: str) -> dict[str, mx.array]:
-    """Stacked ``switch_mlp`` back to a source format (``per-expert`` or ``fused``)."""
+def from_switch_mlp(tensors: Mapping[str, mx.array], fmt: str, spec: FamilySpec | None = None) -> dict[str, mx.array]:
+    """Stacked experts back to a source format (``per-expert`` or ``fused``)."""
+    if fmt not in ("per-expert", "fused"):
+        raise ValueError(f"unknown expert format {fmt!r}")
     out: dict[str, mx.array] = {}
-    stacks: dict[str, dict[str, mx.array]] = {}
+    stacks: dict[tuple[int, str], dict[Role, mx.array]] = {}
+    specs: dict[str, FamilySpec] = {}
     for k, v in tensors.items():
-        parsed = parse_expert_key(k)
-        if parsed is None or parsed[0] != "switch_mlp":
+        parsed = parse_expert_key(k, spec)
+        if parsed is None or parsed[0] != STACKED:
             out[k] = v
             continue
-        stacks.setdefault(parsed[1], {})[parsed[3]] = v
-    for mlp, projs in stacks.items():
+        specs[parsed[4].name] = parsed[4]
+        stacks.setdefault((parsed[1], parsed[4].name), {})[parsed[3]] = v
+    for (i, name), roles in stacks.items():
+        sp = specs[name]
         if fmt == "per-expert":
-            for proj, stack in projs.items():
+            for role, stack in roles.items():
                 for e in range(stack.shape[0]):
-                    out[per_expert_key(mlp, e, proj)] = stack[e]
-        elif fmt == "fused":
-            out[f"{mlp}.experts.gate_up_proj"] = mx.concatenate([projs["gate_proj"], projs["up_proj"]], axis=-2)
-            out[f"{mlp}.experts.down_proj"] = projs["down_proj"]
-        else:
-            raise ValueError(f"unknown expert format {fmt!r}")
+                    out[sp.key(role, i, e, fmt)] = stack[e]
+            continue
+        for whole, parts in FUSED_PARTS.items():
+            out[sp.key(whole, i, fmt=fmt)] = mx.concatenate([roles[p] for p in parts], axis=-2)
     return out

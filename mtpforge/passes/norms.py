@@ -11,6 +11,7 @@ from typing import Mapping
 
 import mlx.core as mx
 
+from ..families.spec import FamilySpec
 from ..families.tables import is_norm_key
 
 NORM_OFFSET = 1.0
@@ -27,6 +28,8 @@ def shift_norm(w: mx.array, offset: float = NORM_OFFSET) -> mx.array:
     return add_offset(w.astype(mx.float32), offset).astype(w.dtype)
 
 
-def shift_norms(tensors: Mapping[str, mx.array], offset: float = NORM_OFFSET) -> dict[str, mx.array]:
-    """Shift exactly the seven zero-centred norm kinds of a head given by bare keys."""
-    return {k: shift_norm(v, offset) if is_norm_key(k) else v for k, v in tensors.items()}
+def shift_norms(tensors: Mapping[str, mx.array], offset: float = NORM_OFFSET,
+                family: "str | FamilySpec | None" = None) -> dict[str, mx.array]:
+    """Shift exactly the zero-centred norm kinds of a head given by bare keys (``family``'s,
+    or any family's when None)."""
+    return {k: shift_norm(v, offset) if is_norm_key(k, family) else v for k, v in tensors.items()}

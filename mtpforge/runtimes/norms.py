@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-#: MTPLX's two norm families (mtplx/compressed_tensors.py) and its thresholds
-_QK = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
-_LOW = ("input_layernorm.weight", "post_attention_layernorm.weight", "pre_fc_norm_hidden.weight",
-        "pre_fc_norm_embedding.weight")
+from ..families.spec import Role
+from ..families.tables import role_of
+
+#: MTPLX's two norm families (mtplx/compressed_tensors.py), by role, and its thresholds
+_QK = frozenset({Role.Q_NORM, Role.K_NORM})
+_LOW = frozenset({Role.INPUT_NORM, Role.POST_ATTENTION_NORM, Role.PRE_FC_NORM_HIDDEN, Role.PRE_FC_NORM_EMBEDDING})
 MTPLX_QK_MAX, MTPLX_LOW_MAX = 1.25, 0.5
 #: vllm-mlx's (without its manifest marker) and exo's per-tensor threshold
 MEAN_THRESHOLD = 0.5
@@ -25,8 +27,9 @@ def below_half(means: Mapping[str, float]) -> list[str]:
 def mtplx_two_signal(means: Mapping[str, float]) -> list[str]:
     """MTPLX 2.12.2: +1 on all of them iff the largest q/k-norm mean is below 1.25 and the
     smallest of the other per-layer and pre-fc norms is below 0.5."""
-    qk = [m for k, m in means.items() if k.endswith(_QK)]
-    low = [m for k, m in means.items() if k.endswith(_LOW)]
+    roles = {k: role_of(k) for k in means}
+    qk = [m for k, m in means.items() if roles[k] in _QK]
+    low = [m for k, m in means.items() if roles[k] in _LOW]
     if qk and low and max(qk) < MTPLX_QK_MAX and min(low) < MTPLX_LOW_MAX:
         return sorted(means)
     return []

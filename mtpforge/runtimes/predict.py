@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
+from .quant import is_expert
 from .spec import HeadFacts, OutputFormat, RuntimeSpec
 from .table import MLX_LM
 
@@ -57,7 +58,7 @@ def _experts(row: RuntimeSpec, head: HeadFacts, placed: Placed) -> list[Predicti
     fmt = placed.expert_format
     if fmt == "none" or allowed is None:
         return []
-    quant = any(p.get("quantized") for m, p in head.precisions.items() if ".experts" in m or ".switch_mlp." in m)
+    quant = any(p.get("quantized") for m, p in head.precisions.items() if is_expert(m, head.family))
     if fmt in allowed and (row.quantized_experts or not quant):
         return []
     return [Prediction("EXPERT_LAYOUT_INCOMPATIBLE", f"MoE experts stored as {fmt}{' (quantized)' if quant else ''}; "
@@ -66,7 +67,7 @@ def _experts(row: RuntimeSpec, head: HeadFacts, placed: Placed) -> list[Predicti
 
 
 def _backbone(row: RuntimeSpec, family: str, placed: Placed) -> list[Prediction]:
-    """The mlx-lm the runtime pins, given ``mtp.`` keys in ``model*.safetensors``."""
+    """The mlx-lm the runtime pins, given the head's keys in ``model*.safetensors``."""
     if not placed.in_glob:
         return []
     if family in row.rejects_head_in_glob:
@@ -76,7 +77,7 @@ def _backbone(row: RuntimeSpec, family: str, placed: Placed) -> list[Prediction]
     if legacy and family in MLX_LM.double_shift_families and row.pins_double_shift(legacy) \
             and not any(k in placed.config_keys for k in row.vl_route_keys):
         return [Prediction("LEGACY_LOADER_DOUBLE_SHIFT", f"{row.name} loads the backbone with {row.mlx_lm}, which adds +1 to every "
-                                                         "backbone norm when mtp. keys sit in model*.safetensors: "
+                                                         "backbone norm when the head's keys sit in model*.safetensors: "
                                                          "the backbone is corrupted there (greedy output changes)")]
     return []
 

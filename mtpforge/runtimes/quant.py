@@ -2,32 +2,47 @@
 
 Write predicates ``(module, shape, ask) -> QSpec | None`` decide each module's precision when
 add-mtp writes a head for a runtime. Load checks ``(head) -> None | why`` say whether a
-runtime's loader takes a head's stored precisions (``inspect --runtime``). Routers
-(``mlp.gate``, ``shared_expert_gate``) are 8-bit group 64 wherever mlx-lm's convention applies;
-norms and 1-D tensors are never quantized.
+runtime's loader takes a head's stored precisions (``inspect --runtime``). Modules are told
+apart by their Role (the family spec reads each path): routers (``ROUTER_ROLES``) are 8-bit group
+64 wherever mlx-lm's convention applies; norms and 1-D tensors are never quantized.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ..families.tables import is_norm_key
+from ..families.spec import EXPERT_ROLES, ROUTER_ROLES, STACKED, Role
+from ..families.tables import is_norm_key, spec_named
 from ..passes.quantize import QSpec, quantizable
 from .spec import HeadFacts, QuantAsk
 
 ROUTER_Q = QSpec(8, 64, "affine")
 
 
-def is_router(bare: str) -> bool:
-    return bare.endswith("mlp.gate") or bare.endswith("shared_expert_gate")
+def _role(bare: str, family: str) -> Role | None:
+    return spec_named(family).role_of(bare)
 
 
-def is_expert(bare: str) -> bool:
-    return ".experts" in bare or ".switch_mlp." in bare
+def is_router(bare: str, family: str) -> bool:
+    return _role(bare, family) in ROUTER_ROLES
 
 
-def never_quantized(bare: str, shape: tuple[int, ...]) -> bool:
-    return len(shape) < 2 or is_norm_key(bare + ".weight")
+def is_expert(bare: str, family: str) -> bool:
+    return _role(bare, family) in EXPERT_ROLES
+
+
+def is_fc(bare: str, family: str) -> bool:
+    """The head's input projection (what ``--keep-fc-full-precision`` keeps in float)."""
+    return _role(bare, family) == Role.FC
+
+
+def _expert_format(bare: str, family: str) -> str | None:
+    hit = spec_named(family).match(bare)
+    return hit[1] if hit else None
+
+
+def never_quantized(bare: str, shape: tuple[int, ...], family: str) -> bool:
+    return len(shape) < 2 or is_norm_key(bare, family)
 
 
 def _fits(bare: str, shape: tuple[int, ...], q: QSpec, ask: QuantAsk) -> Optional[QSpec]:
@@ -39,11 +54,11 @@ def _fits(bare: str, shape: tuple[int, ...], q: QSpec, ask: QuantAsk) -> Optiona
 
 def _asked(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
     """The user's precision, unless it does not apply to this module (None: keep float)."""
-    if never_quantized(bare, shape) or ask.base is None:
+    if never_quantized(bare, shape, ask.family) or ask.base is None:
         return None
-    if bare == "fc" and ask.keep_fc:
+    if is_fc(bare, ask.family) and ask.keep_fc:
         return None
-    if is_expert(bare) and ask.out_fmt in ("per-expert", "fused"):
+    if is_expert(bare, ask.family) and ask.out_fmt != STACKED:
         return None  # mlx-lm #990 loads only unquantized experts in the source layout
     return ask.base
 
@@ -53,7 +68,7 @@ def default_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[
     q = _asked(bare, shape, ask)
     if q is None:
         return None
-    return _fits(bare, shape, ROUTER_Q if is_router(bare) else q, ask)
+    return _fits(bare, shape, ROUTER_Q if is_router(bare, ask.family) else q, ask)
 
 
 def _model_bits(q: QSpec, ask: QuantAsk) -> QSpec:
@@ -64,7 +79,7 @@ def one_precision_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Opt
     """vllm-mlx, Qwen3.5/3.6: it dequantizes every triplet with the model's default bits, so
     nothing deviates from them; routers stay float."""
     q = _asked(bare, shape, ask)
-    if q is None or is_router(bare):
+    if q is None or is_router(bare, ask.family):
         return None
     return _fits(bare, shape, _model_bits(q, ask), ask)
 
@@ -78,9 +93,9 @@ def whole_head_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Option
 def every_linear_but_fc_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
     """What the vllm-mlx layout wrote for Qwen3-Next before runtimes were measured: every linear
     but fc at the model's bits (routers 8-bit), expert stacks included."""
-    if never_quantized(bare, shape) or bare == "fc" or ask.default_q is None:
+    if never_quantized(bare, shape, ask.family) or is_fc(bare, ask.family) or ask.default_q is None:
         return None
-    q = ROUTER_Q if is_router(bare) else ask.default_q
+    q = ROUTER_Q if is_router(bare, ask.family) else ask.default_q
     return q if quantizable(shape, q) else None
 
 
@@ -88,7 +103,7 @@ def vllm_next_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optiona
     """vllm-mlx 0.6.0, Qwen3-Next: it quantizes every ``nn.Linear`` of its head but fc at the
     model's bits (routers 8-bit) before loading; expert stacks are not ``nn.Linear`` and stay
     float (quantized ones land in float modules: "[gather_mm] Last dimension ... must match")."""
-    return None if is_expert(bare) else every_linear_but_fc_quant(bare, shape, ask)
+    return None if is_expert(bare, ask.family) else every_linear_but_fc_quant(bare, shape, ask)
 
 
 def mtplx_template_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
@@ -103,9 +118,10 @@ def mtplx_template_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Op
     if ask.out_fmt == "per-expert":
         return one_precision_quant(bare, shape, ask)
     q = _asked(bare, shape, ask)
-    if q is None or bare == "fc" or (ask.out_fmt == "switch_mlp" and bare.endswith("mlp.gate")):
+    role = _role(bare, ask.family)
+    if q is None or role == Role.FC or (ask.out_fmt == STACKED and role == Role.ROUTER):
         return None
-    return _fits(bare, shape, ROUTER_Q if is_router(bare) else q, ask)
+    return _fits(bare, shape, ROUTER_Q if role in ROUTER_ROLES else q, ask)
 
 
 # ----------------------------------------------------------------------------- load checks
@@ -116,7 +132,7 @@ def _quantized(head: HeadFacts) -> dict[str, Mapping[str, Any]]:
 
 def _linears(head: HeadFacts) -> set[str]:
     """Modules with a 2-D (or stacked) weight: what a loader could quantize."""
-    return {m for m in head.precisions if not is_norm_key(m + ".weight")}
+    return {m for m in head.precisions if not is_norm_key(m, head.family)}
 
 
 def _at(p: Mapping[str, Any], q: Optional[QSpec]) -> bool:
@@ -130,14 +146,14 @@ def _off_default(head: HeadFacts) -> list[str]:
 
 def _mtplx_template(head: HeadFacts) -> bool:
     """The head's quantized set is one of MTPLX's templates (mtplx/constants.py)."""
-    linears, quant = _linears(head), set(_quantized(head))
-    fc = {"fc"}
-    if not any(is_expert(m) for m in linears):
+    linears, quant, fam = _linears(head), set(_quantized(head)), head.family
+    fc = {m for m in linears if is_fc(m, fam)}
+    if not any(is_expert(m, fam) for m in linears):
         return quant in (linears, linears - fc)
-    routers = {m for m in linears if m.endswith("mlp.gate")}
-    if any(".switch_mlp." in m for m in linears):
+    routers = {m for m in linears if _role(m, fam) == Role.ROUTER}
+    if any(_expert_format(m, fam) == STACKED for m in linears):
         return quant == linears - fc - routers
-    fused = {m for m in linears if m.endswith((".experts.gate_up_proj", ".experts.down_proj"))}
+    fused = {m for m in linears if _expert_format(m, fam) == "fused"}
     return bool(fused) and quant == linears - fc - fused
 
 
@@ -174,15 +190,17 @@ def whole_head_loads(head: HeadFacts) -> Optional[str]:
 
 def vllm_next_loads(head: HeadFacts) -> Optional[str]:
     quant = _quantized(head)
-    experts = sorted(m for m in quant if is_expert(m))
+    fam = head.family
+    experts = sorted(m for m in quant if is_expert(m, fam))
     if experts:
         return (f"vllm-mlx quantizes only nn.Linear modules of a Qwen3-Next head, so the quantized expert stack "
                 f"{experts[0]} lands in a float module: \"[gather_mm] Last dimension ... must match\"")
     if head.default_q is None:
         return None if not quant else f"vllm-mlx quantizes nothing in an unquantized model, but {sorted(quant)[0]} is quantized"
-    want = _linears(head) - {"fc"} - {m for m in _linears(head) if is_expert(m)}
-    wrong = sorted((want - set(quant)) | ({"fc"} & set(quant)))
-    wrong += sorted(m for m in quant if not _at(quant[m], ROUTER_Q if is_router(m) else head.default_q))
+    fc = {m for m in _linears(head) if is_fc(m, fam)}
+    want = _linears(head) - fc - {m for m in _linears(head) if is_expert(m, fam)}
+    wrong = sorted((want - set(quant)) | (fc & set(quant)))
+    wrong += sorted(m for m in quant if not _at(quant[m], ROUTER_Q if is_router(m, fam) else head.default_q))
     if not wrong:
         return None
     return (f"vllm-mlx quantizes every Qwen3-Next head linear but fc at the model's bits (routers 8-bit) before "

@@ -1,0 +1,104 @@
+"""The source side of every output format: open the original checkpoint, refuse what cannot be
+a head's origin, fingerprint its head and read its bytes (fetched once, cached).
+
+``add-mtp`` writes an MLX folder (``pipeline.py``) or a GGUF file (``gguf/``) from the same
+source: both call these, so a source is judged, identified and read the same way whatever is
+written from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Mapping
+
+from .families.unhandled import not_handled
+from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
+from .checkpoint.safetensors_header import TensorInfo
+from .checkpoint.store import LocalStore, Store
+from .convert import Reader
+from .errors import InputError, RefusedError
+from .families.detect import detect_family
+from .layouts.detect import is_raw_hf
+
+
+def open_source(source: str, revision: str | None) -> Store:
+    """A local folder, else a Hugging Face repo id (at ``revision``)."""
+    p = Path(source).expanduser()
+    if p.exists():
+        return LocalStore(p)
+    if source.startswith((".", "/", "~")) or source.count("/") != 1:
+        raise InputError(f"source {source} is neither an existing folder nor a Hugging Face repo id",
+                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
+    from .checkpoint.hub import open_store
+
+    return open_store(source, revision)
+
+
+def read_source(source: str, revision: str | None, model: str) -> tuple[Store, Catalogue, str]:
+    """Open a source and refuse what cannot be a head's origin: another family, damaged headers,
+    shards the index names but a local copy lacks, a converted (not raw) checkpoint. Shared by
+    every output format, so a source is judged the same way whatever is written from it."""
+    store = open_source(source, revision)
+    local = isinstance(store, LocalStore)
+    cat = load_catalogue(store, all_safetensors=local, index_files=None if local else head_shards)
+    family = detect_family(cat.config)
+    if family is None:
+        raise RefusedError(*not_handled(f"source {source}", cat.config, f"pass the original Hugging Face checkpoint of the {model}"))
+    cat.refuse_damage("source")
+    gone = sorted({f for f in (cat.index or {}).values() if not store.exists(f)}) if local else []
+    if gone:
+        raise RefusedError(f"the source's {INDEX_FILE} names {gone[0]}, which is not in {source}",
+                           f"re-download {gone[0]} (or the whole source); an incomplete download cannot be trusted")
+    if not is_raw_hf(cat):
+        raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
+                           "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
+    return store, cat, family
+
+
+
+def source_fingerprint(sizes: Mapping[str, int], entries: Mapping[str, TensorInfo], commit: str | None,
+                       store: Store | None) -> str:
+    """Identifies the source head: the commit for a Hub repo (immutable); for a local folder the
+    head's bytes themselves — names, shapes and sizes stay the same when a tensor's values are
+    edited in place, and "already present" must not keep a head converted from other values."""
+    h = hashlib.sha256()
+    h.update((commit or "").encode())
+    by_bytes = commit is None and isinstance(store, LocalStore)
+    for k in sorted(entries):
+        i = entries[k]
+        h.update(f"{k}|{i.file}|{i.dtype}|{i.shape}|{i.begin}|{i.end}|{sizes[i.file]}\n".encode())
+        if by_bytes:
+            assert store is not None
+            for a in range(i.begin, i.end, 1 << 24):
+                h.update(store.read_range(i.file, a, min(a + (1 << 24), i.end)))
+    return "sha256-bytes:" + h.hexdigest() if by_bytes else h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- fetch
+
+def reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) -> tuple[Reader, int, str]:
+    """A reader over the source tensors, fetching remote bytes first (once, cached)."""
+    if isinstance(store, LocalStore):
+        return (lambda info, a, b: store.read_range(info.file, info.begin + a, info.begin + b)), 0, "local"
+    from .checkpoint.fetch import fetch_tensors
+
+    res = fetch_tensors(store, infos, mode=mode, progress=progress)
+
+    def read(info: TensorInfo, a: int, b: int) -> bytes:
+        path, off, n = res.locate(info.name)
+        with open(path, "rb") as f:
+            f.seek(off + a)
+            data = f.read(b - a)
+        if len(data) != b - a:
+            raise RefusedError(f"cached bytes of {info.name} are truncated", "re-run; the cache entry will be fetched again")
+        return data
+
+    return read, res.fetched_bytes, res.mode
+
+
+def planned_requests(infos: list[TensorInfo]) -> int:
+    """How many Range requests ``--fetch ranges`` will make (neighbours coalesced)."""
+    from .checkpoint.fetch import plan_runs
+
+    return len(plan_runs(infos))
