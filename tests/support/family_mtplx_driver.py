@@ -1,0 +1,68 @@
+"""Run inside MTPLX 2.12.2's own virtualenv: ``python family_mtplx_driver.py SPEC_JSON OUT_JSON``.
+
+For each folder in SPEC: ``mtplx.runtime.load(folder, mtp=True)`` (its loader, which injects the
+family's head: ``glm_mtp_patch`` / ``nemotron_h_mtp_patch``), then greedy ``generate_ar`` and
+``generate_mtpk`` at depth 1 with the policies ``mtplx run`` passes (as the conformance driver
+does, tests/conformance/drivers/drive_mtplx.py), and the head's parameter names and shapes as
+MTPLX built them. Failures are reported, not raised: they are the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance" / "drivers"))
+import standins  # noqa: E402
+
+standins.libsystem()
+
+
+def run(entry: dict, max_tokens: int, prompts: list[list[int]]) -> dict:
+    from mlx.utils import tree_flatten
+    from mtplx import runtime as R
+    from mtplx.generation import generate_ar, generate_mtpk
+    from mtplx.sampling import SamplerConfig
+
+    out: dict = {"folder": entry["folder"]}
+    greedy = dict(sampler=SamplerConfig(temperature=0.0, top_p=1.0, top_k=0), stop_token_ids=set())
+    try:
+        rt = R.load(entry["folder"], mtp=True)
+    except Exception as e:  # noqa: BLE001 - the runtime's failure is the measurement
+        out.update(stage="load", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
+        return out
+    out["mtp_enabled"] = bool(getattr(rt, "mtp_enabled", False))
+    out["upcast_expert_stacks"] = standins.float32_expert_stacks(rt.model)
+    head = getattr(rt.model, "mtp", None)
+    if head is not None:
+        out["head_params"] = {k: [list(v.shape), str(v.dtype)] for k, v in tree_flatten(head.parameters())}
+    try:
+        out["plain"] = [generate_ar(rt, ids, max_tokens=max_tokens, **greedy).tokens for ids in prompts]
+    except Exception as e:  # noqa: BLE001
+        out.update(stage="plain decode", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
+        return out
+    if out["mtp_enabled"]:
+        try:
+            res = [generate_mtpk(rt, ids, max_tokens=max_tokens, speculative_depth=1, mtp_hidden_variant="post_norm",
+                                 mtp_cache_policy="persistent", mtp_history_policy="committed", **greedy)
+                   for ids in prompts]
+            out["mtp"] = [r.tokens for r in res]
+            out["drafted"] = sum(int(r.stats.drafted_tokens) for r in res)
+            out["accepted"] = sum(int(r.stats.accepted_drafts) for r in res)
+            out["identical_to_plain"] = out["mtp"] == out["plain"]
+        except Exception as e:  # noqa: BLE001
+            out.update(stage="mtp decode", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
+    return out
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    results = {e["id"]: run(e, spec["max_tokens"], spec["prompts"]) for e in spec["cells"]}
+    results["_standins"] = standins.APPLIED
+    Path(sys.argv[2]).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Measure a tiny non-Qwen MTP checkpoint with the real programs: transformers' model class (in
+llama.cpp's converter virtualenv, which has torch), llama.cpp's converter in its three modes,
+llama-server with and without the MTP-only GGUF, and ``mlx_lm.convert`` + mlx-lm generation.
+
+Used by scripts/probe_glm4_moe_lite.py and scripts/probe_nemotron_h.py; each step returns plain
+data (JSON-able) so the scripts can print and save what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Sequence
+
+from tests import gguf_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROMPTS = ("The cat sees the red ball in the garden.", "Count: 3, 4, 5, 6,", "12 + 30 = 42. 12 times 2 is")
+
+
+def hf_model_class_check(folder: Path) -> dict[str, Any]:
+    """transformers' own model class (converter venv, torch on the meta device): its state-dict
+    names and shapes, which of the folder's keys ``from_pretrained`` calls missing/unexpected, and
+    that a forward pass runs."""
+    code = textwrap.dedent("""
+        import json, sys, torch
+        from safetensors import safe_open
+        from transformers import AutoConfig, AutoModelForCausalLM
+        d = sys.argv[1]
+        cfg = AutoConfig.from_pretrained(d)
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(cfg)
+        sd = {k: list(v.shape) for k, v in m.state_dict().items()}
+        m2, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True, dtype=torch.float32)
+        out = m2(torch.tensor([[5, 9, 13, 40, 80]]))
+        print(json.dumps({"class": type(m).__name__, "state_dict": sd,
+                          "missing": sorted(info["missing_keys"]), "unexpected": sorted(info["unexpected_keys"]),
+                          "mismatched": [list(map(str, x)) for x in info["mismatched_keys"]],
+                          "logits_shape": list(out.logits.shape), "finite": bool(torch.isfinite(out.logits).all())}))
+    """)
+    r = subprocess.run([str(gguf_env.TOOLS_PY), "-c", code, str(folder)], capture_output=True, text=True,
+                       env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+    if r.returncode != 0:
+        return {"ok": False, "error": r.stderr[-3000:]}
+    return {"ok": True, **json.loads(r.stdout.strip().splitlines()[-1])}
+
+
+def fused_expert_names(keys: Any) -> set[str]:
+    """Per-expert source names folded to transformers 5's fused parameters
+    (``experts.{e}.gate_proj/up_proj.weight`` -> ``experts.gate_up_proj``, ``down_proj`` ->
+    ``experts.down_proj``), which its loader does on the fly."""
+    import re
+
+    out = set()
+    for k in keys:
+        m = re.match(r"(.*\.experts)\.\d+\.(gate_proj|up_proj|down_proj)\.weight$", k)
+        out.add(f"{m.group(1)}.{'down_proj' if m.group(2) == 'down_proj' else 'gate_up_proj'}" if m else k)
+    return out
+
+
+def convert(folder: Path, out_dir: Path, mode: str, pre: str, outtype: str = "f32") -> dict[str, Any]:
+    """llama.cpp's converter: ``trunk`` (--no-mtp), ``mtp`` (--mtp) or ``full`` (default)."""
+    gguf_env.need("converter")
+    flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": []}[mode]
+    out = out_dir / f"{folder.name}-{mode}-{outtype}.gguf"
+    cmd = [str(gguf_env.TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(gguf_env.TREE),
+           "--pre", pre, "--", str(folder), "--outtype", outtype, "--outfile", str(out), *flag]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    res: dict[str, Any] = {"mode": mode, "flag": " ".join(flag) or "(default)", "rc": r.returncode, "file": str(out)}
+    if r.returncode != 0:
+        res["error"] = r.stderr[-3000:]
+    return res
+
+
+def gguf_summary(path: Path) -> dict[str, Any]:
+    """Tensor names, shapes (ggml order) and types, and every metadata key but the vocabulary."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    kv: dict[str, Any] = {}
+    for k, f in r.fields.items():
+        if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                 "tokenizer.chat_template"):
+            kv[k] = f"[{len(f.data)} items]"
+            continue
+        try:
+            v = f.contents()
+        except Exception:  # noqa: BLE001 - a field gguf-py cannot decode is reported as such
+            v = "?"
+        kv[k] = v
+    tensors = {t.name: {"shape": [int(x) for x in t.shape], "type": t.tensor_type.name} for t in r.tensors}
+    return {"kv": kv, "tensors": tensors}
+
+
+def gguf_tensor(path: Path, name: str) -> Any:
+    from gguf import GGUFReader
+
+    import numpy as np
+
+    for t in GGUFReader(str(path)).tensors:
+        if t.name == name:
+            return np.array(t.data, dtype=np.float32)
+    raise KeyError(name)
+
+
+def llama_server_runs(trunk: Path, mtp_file: Path | None, full: Path | None, n_predict: int = 16,
+                      prompts: Sequence[str] = PROMPTS) -> dict[str, Any]:
+    """Greedy completions: the trunk alone, the trunk with ``-md <MTP-only file> --spec-type
+    draft-mtp``, and (``full``) the full GGUF drafting from its own NextN tail."""
+    from mtpforge.gguf.server import RefusedError, decode_all, llama_server
+
+    gguf_env.need("server")
+    out: dict[str, Any] = {}
+    runs: list[tuple[str, Path, Path | None, bool]] = [("plain", trunk, None, False)]
+    if mtp_file is not None:
+        runs.append(("draft_mtp_file", trunk, mtp_file, True))
+    if full is not None:
+        runs.append(("full_plain", full, None, False))
+        runs.append(("full_own_tail", full, None, True))
+    for name, model, draft, mtp in runs:
+        try:
+            with llama_server(gguf_env.BIN / "llama-server", model, draft=draft, mtp=mtp, threads=1, ctx=512) as srv:
+                comps = decode_all(srv, list(prompts), n_predict)
+                log_tail = srv.log.read_text(errors="replace")[-20000:] if srv.log.is_file() else ""
+            out[name] = {"ok": True, "tokens": [c.tokens for c in comps], "drafted": sum(c.drafted for c in comps),
+                         "accepted": sum(c.accepted for c in comps),
+                         "log": [ln for ln in log_tail.splitlines() if "mtp" in ln.lower() or "draft" in ln.lower()][:12]}
+        except RefusedError as e:
+            out[name] = {"ok": False, "error": str(e)[-3000:]}
+    plain = out["plain"].get("tokens")
+    for name in list(out):
+        if name != "plain" and out[name].get("ok"):
+            out[name]["identical_to_plain"] = out[name]["tokens"] == plain
+    return out
+
+
+def mlx_convert_and_generate(folder: Path, out_dir: Path, q_bits: int = 4, q_group: int = 64,
+                             prompt: str = PROMPTS[0], max_tokens: int = 12) -> dict[str, Any]:
+    """The real ``mlx_lm.convert -q`` (a subprocess, as a user runs it), then mlx-lm's ``load`` and
+    greedy ``generate`` on the result. Reports the files and every key left in them."""
+    import shutil
+
+    dst = out_dir / f"{folder.name}-mlx-{q_bits}bit"
+    if dst.exists():
+        shutil.rmtree(dst)
+    r = subprocess.run([sys.executable, "-m", "mlx_lm", "convert", "--hf-path", str(folder), "--mlx-path", str(dst), "-q",
+                        "--q-bits", str(q_bits), "--q-group-size", str(q_group)], capture_output=True, text=True)
+    res: dict[str, Any] = {"rc": r.returncode, "folder": str(dst)}
+    if r.returncode != 0:
+        res["error"] = (r.stdout + r.stderr)[-3000:]
+        return res
+    import mlx.core as mx
+    from mlx_lm import generate, load
+
+    keys: dict[str, list[int]] = {}
+    for f in sorted(dst.glob("*.safetensors")):
+        for k, v in mx.load(str(f)).items():
+            keys[k] = list(v.shape)
+    res["files"] = sorted(p.name for p in dst.iterdir())
+    res["keys"] = keys
+    res["quantization"] = json.loads((dst / "config.json").read_text()).get("quantization")
+    model, tok = load(str(dst))
+    text = generate(model, tok, prompt=prompt, max_tokens=max_tokens, verbose=False)
+    res["generated"] = text
+    res["generated_tokens"] = tok.encode(text) if isinstance(text, str) else None
+    return res
+
+
+RUNTIMES = gguf_env.CACHE / "runtimes"
+
+
+def runtime_python(name: str) -> Path:
+    return RUNTIMES / name / "bin" / "python"
+
+
+def mlx_reference_tokens(folder: Path, prompts: Sequence[str] = PROMPTS, max_tokens: int = 16) -> dict[str, Any]:
+    """Greedy token ids from released mlx-lm on ``folder`` (an HF source folder loads unquantized:
+    mlx-lm's sanitize drops the head), prompt tokenized by the folder's own tokenizer."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    model, tok = load(str(folder))
+    model.set_dtype(mx.float32)  # as llama.cpp's f32 GGUF; MLX's CPU gather_mm is float32-only anyway
+    out: dict[str, Any] = {"prompt_ids": [], "tokens": []}
+    for p in prompts:
+        ids = tok.encode(p)
+        out["prompt_ids"].append(ids)
+        toks = []
+        for t, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens):
+            toks.append(int(t))
+        out["tokens"].append(toks)
+    return out
+
+
+def run_in_runtime(runtime: str, script: Path, spec: dict[str, Any], work: Path, timeout: float = 900) -> dict[str, Any]:
+    """``script SPEC OUT`` with a runtime's own interpreter; returns OUT's JSON (or the failure)."""
+    py = runtime_python(runtime)
+    if not py.is_file():
+        return {"ok": False, "error": f"{runtime} is not installed under {RUNTIMES}"}
+    spec_f, out_f = work / f"{runtime}-spec.json", work / f"{runtime}-out.json"
+    spec_f.write_text(json.dumps(spec))
+    out_f.unlink(missing_ok=True)
+    r = subprocess.run([str(py), str(script), str(spec_f), str(out_f)], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"})
+    if not out_f.is_file():
+        return {"ok": False, "rc": r.returncode, "error": (r.stdout + r.stderr)[-4000:]}
+    return {"ok": True, "rc": r.returncode, **json.loads(out_f.read_text())}
