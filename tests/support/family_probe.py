@@ -50,16 +50,22 @@ def hf_model_class_check(folder: Path) -> dict[str, Any]:
     return {"ok": True, **json.loads(r.stdout.strip().splitlines()[-1])}
 
 
-def fused_expert_names(keys: Any) -> set[str]:
-    """Per-expert source names folded to transformers 5's fused parameters
-    (``experts.{e}.gate_proj/up_proj.weight`` -> ``experts.gate_up_proj``, ``down_proj`` ->
-    ``experts.down_proj``), which its loader does on the fly."""
+def fused_expert_names(keys: Any, gate_up: bool = True, rename: tuple[str, str] | None = None) -> set[str]:
+    """Per-expert source names folded to transformers 5's fused parameters, which its loader does
+    on the fly: with ``gate_up`` (SwiGLU experts) ``experts.{e}.gate_proj/up_proj.weight`` ->
+    ``experts.gate_up_proj``; without (ReLU² experts) ``experts.{e}.up_proj.weight`` ->
+    ``experts.up_proj``; ``down_proj`` -> ``experts.down_proj``. ``rename`` replaces a leading
+    prefix (Nemotron-H: ``backbone.`` is ``model.`` in transformers 5)."""
     import re
 
     out = set()
     for k in keys:
+        if rename and k.startswith(rename[0]):
+            k = rename[1] + k[len(rename[0]):]
         m = re.match(r"(.*\.experts)\.\d+\.(gate_proj|up_proj|down_proj)\.weight$", k)
-        out.add(f"{m.group(1)}.{'down_proj' if m.group(2) == 'down_proj' else 'gate_up_proj'}" if m else k)
+        if m:
+            k = f"{m.group(1)}.{'gate_up_proj' if gate_up and m.group(2) != 'down_proj' else m.group(2)}"
+        out.add(k)
     return out
 
 
