@@ -35,7 +35,7 @@ from tests.support import family_probe as fp  # noqa: E402
 from tests.support.synth.glm4_moe_lite import build_glm4_moe_lite, nextn_keys  # noqa: E402
 
 
-def _head_sidecar(src: Path, dst_folder: Path, n: int, q_bits: int | None) -> list[str]:
+def _head_sidecar(src: Path, dst_folder: Path, n: int, q_bits: int | None, dtype: str | None = None) -> list[str]:
     """The source's NextN tensors (``model.layers.{n}.*``, names unchanged) as
     ``dst_folder/mtp.safetensors``; with ``q_bits`` every matrix but the router is quantized
     (group 64) the way mlx-lm stores a quantized Linear (weight, scales, biases)."""
@@ -46,6 +46,8 @@ def _head_sidecar(src: Path, dst_folder: Path, n: int, q_bits: int | None) -> li
     head: dict[str, mx.array] = {}
     for f in files:
         head.update({k: v for k, v in mx.load(str(src / f)).items() if k.startswith(f"model.layers.{n}.")})
+    if dtype:
+        head = {k: v.astype(getattr(mx, dtype)) for k, v in head.items()}
     if q_bits:
         for k in list(head):
             v = head[k]
@@ -65,13 +67,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=None, help="keep the files here (default: a temporary folder)")
     ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file")
+    ap.add_argument("--distinct-copies", action="store_true",
+                    help="draw the NextN embed_tokens / shared_head.head independently of the trunk's")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip: hf,gguf,server,mlx,mtplx,mlxvlm")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     work = a.work or Path(tempfile.mkdtemp(prefix="probe-glm4_moe_lite-"))
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {}
-    src = build_glm4_moe_lite(work / "tiny-glm4_moe_lite")
+    src = build_glm4_moe_lite(work / "tiny-glm4_moe_lite", distinct_copies=a.distinct_copies)
+    res["distinct_copies"] = a.distinct_copies
     cfg = json.loads((src / "config.json").read_text())
     n = cfg["num_hidden_layers"]
     res["source_head_keys"] = nextn_keys(cfg)
@@ -139,12 +144,22 @@ def main() -> None:
                 shutil.copytree(conv["folder"], d)
                 _head_sidecar(src, d, n, q)
                 cells.append({"id": d.name, "folder": str(d)})
+            # float32 trunk and head: the head's drafts compared one by one with llama.cpp's (f32 GGUF)
+            f32 = fp.mlx_convert_float32(src, work)
+            if f32.get("rc") == 0 and "server" in res and res["server"].get("draft_mtp_file", {}).get("ok"):
+                d = Path(f32["folder"])
+                _head_sidecar(src, d, n, None, dtype="float32")
+                cells.append({"id": "mtplx-f32", "folder": str(d), "head_preds": res["server"]["plain"]["tokens"]})
             spec = {"cells": cells, "max_tokens": 16, "prompts": ref["prompt_ids"]}
             mt = fp.run_in_runtime("mtplx-2.12.2", REPO / "tests" / "support" / "family_mtplx_driver.py", spec, work)
             res["mtplx"] = mt
+            if "mtplx-f32" in mt and mt["mtplx-f32"].get("head_preds") is not None:
+                mt["head_preds_vs_llama_cpp"] = fp.compare_drafts(res["server"]["draft_mtp_file"]["drafts"],
+                                                                  mt["mtplx-f32"]["head_preds"])
+                print("[mtplx f32 head vs llama.cpp drafts]", mt["head_preds_vs_llama_cpp"], flush=True)
             for k, v in mt.items():
-                if isinstance(v, dict):
-                    print(f"[mtplx {k}]", {kk: vv for kk, vv in v.items() if kk not in ("plain", "mtp", "head_params", "trace")}, flush=True)
+                if isinstance(v, dict) and k != "head_preds_vs_llama_cpp":
+                    print(f"[mtplx {k}]", {kk: vv for kk, vv in v.items() if kk not in ("plain", "mtp", "head_params", "trace", "head_preds")}, flush=True)
                 elif k in ("ok", "error"):
                     print(f"[mtplx {k}]", v, flush=True)
 

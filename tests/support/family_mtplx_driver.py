@@ -43,6 +43,11 @@ def run(entry: dict, max_tokens: int, prompts: list[list[int]]) -> dict:
     except Exception as e:  # noqa: BLE001
         out.update(stage="plain decode", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
         return out
+    if out["mtp_enabled"] and entry.get("head_preds"):
+        try:
+            out["head_preds"] = [head_predictions(rt, ids, gen) for ids, gen in zip(prompts, entry["head_preds"])]
+        except Exception as e:  # noqa: BLE001
+            out.update(head_preds_error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
     if out["mtp_enabled"]:
         try:
             res = [generate_mtpk(rt, ids, max_tokens=max_tokens, speculative_depth=1, mtp_hidden_variant="post_norm",
@@ -55,6 +60,30 @@ def run(entry: dict, max_tokens: int, prompts: list[list[int]]) -> dict:
         except Exception as e:  # noqa: BLE001
             out.update(stage="mtp decode", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
     return out
+
+
+def head_predictions(rt, prompt: list[int], generated: list[int]) -> list[int]:
+    """The head's greedy draft at every generated position, in one causal pass: the trunk's
+    post-norm hidden state at position j (MTPLX's ``return_hidden``) with token j+1 predicts
+    token j+2 (``mtp_forward`` over the whole sequence with a fresh head cache, as a head that
+    was prefilled over the prompt and then fed one pair per step). Returns the predictions for
+    the pairs (last prompt position, first generated token), ... — the order in which a decoder
+    drafting one token per step proposes them — and each one's margin (top-1 minus top-2 logit)."""
+    import mlx.core as mx
+
+    seq = mx.array([list(prompt) + list(generated)])
+    _, hidden = rt.model(seq, cache=None, return_hidden=True)
+    logits = rt.model.mtp_forward(hidden[:, :-1], seq[:, 1:], mtp_cache=rt.model.make_mtp_cache())
+    lg = logits[0].astype(mx.float32)
+    preds = mx.argmax(lg, axis=-1).tolist()
+    top2 = mx.sort(lg, axis=-1)[:, -2:]
+    margins = (top2[:, 1] - top2[:, 0]).tolist()
+    k = len(prompt) - 1
+    # the same pairs with a head cache that starts at the last prompt position (no prefill of
+    # the head over the prompt's earlier pairs): tells which history a decoder gave its head
+    tail = rt.model.mtp_forward(hidden[:, k:-1], seq[:, k + 1:], mtp_cache=rt.model.make_mtp_cache())
+    return {"preds": preds[k:], "margins": [round(float(m), 5) for m in margins[k:]],
+            "preds_no_prompt_prefill": mx.argmax(tail[0], axis=-1).tolist()}
 
 
 def main() -> None:

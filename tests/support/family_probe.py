@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -114,11 +115,25 @@ def gguf_tensor(path: Path, name: str) -> Any:
     raise KeyError(name)
 
 
+_DRAFT_RE = None
+
+
+def _drafts_in(text: str) -> list[int]:
+    """The drafted token ids llama.cpp logs at ``-v`` (``draft candidate   0``: the head's top
+    candidate, which draft-mtp proposes)."""
+    import re
+
+    global _DRAFT_RE
+    _DRAFT_RE = _DRAFT_RE or re.compile(r"draft candidate\s+0, pos\s+\d+:\s+(-?\d+)")
+    return [int(m.group(1)) for m in _DRAFT_RE.finditer(text)]
+
+
 def llama_server_runs(trunk: Path, mtp_file: Path | None, full: Path | None, n_predict: int = 16,
                       prompts: Sequence[str] = PROMPTS) -> dict[str, Any]:
     """Greedy completions: the trunk alone, the trunk with ``-md <MTP-only file> --spec-type
-    draft-mtp``, and (``full``) the full GGUF drafting from its own NextN tail."""
-    from mtpforge.gguf.server import RefusedError, decode_all, llama_server
+    draft-mtp``, and (``full``) the full GGUF drafting from its own NextN tail. With a head,
+    llama-server runs at ``-v`` and the tokens it drafted are read from its log."""
+    from mtpforge.gguf.server import RefusedError, llama_server
 
     gguf_env.need("server")
     out: dict[str, Any] = {}
@@ -130,12 +145,24 @@ def llama_server_runs(trunk: Path, mtp_file: Path | None, full: Path | None, n_p
         runs.append(("full_own_tail", full, None, True))
     for name, model, draft, mtp in runs:
         try:
-            with llama_server(gguf_env.BIN / "llama-server", model, draft=draft, mtp=mtp, threads=1, ctx=512) as srv:
-                comps = decode_all(srv, list(prompts), n_predict)
-                log_tail = srv.log.read_text(errors="replace")[-20000:] if srv.log.is_file() else ""
+            extra = ["-v"] if (mtp or draft is not None) else []
+            with llama_server(gguf_env.BIN / "llama-server", model, draft=draft, mtp=mtp, threads=1, ctx=512,
+                              extra=extra) as srv:
+                comps, drafts = [], []
+                for p in prompts:
+                    before = srv.log.stat().st_size
+                    comps.append(srv.complete(p, n_predict))
+                    time.sleep(0.5)  # the log is written after the reply
+                    with open(srv.log, "rb") as f:
+                        f.seek(before)
+                        drafts.append(_drafts_in(f.read().decode("utf-8", "replace")))
+                log_text = srv.log.read_text(errors="replace")
             out[name] = {"ok": True, "tokens": [c.tokens for c in comps], "drafted": sum(c.drafted for c in comps),
-                         "accepted": sum(c.accepted for c in comps),
-                         "log": [ln for ln in log_tail.splitlines() if "mtp" in ln.lower() or "draft" in ln.lower()][:12]}
+                         "accepted": sum(c.accepted for c in comps)}
+            if extra:
+                out[name]["drafts"] = drafts
+                out[name]["log"] = [ln for ln in log_text.splitlines()
+                                    if ("mtp" in ln.lower() or "draft acceptance" in ln) and "candidate" not in ln][:12]
         except RefusedError as e:
             out[name] = {"ok": False, "error": str(e)[-3000:]}
     plain = out["plain"].get("tokens")
@@ -178,6 +205,48 @@ def mlx_convert_and_generate(folder: Path, out_dir: Path, q_bits: int = 4, q_gro
 
 
 RUNTIMES = gguf_env.CACHE / "runtimes"
+
+
+def mlx_convert_float32(folder: Path, out_dir: Path) -> dict[str, Any]:
+    """``mlx_lm.convert --dtype float32`` (no quantization): the MLX form closest to llama.cpp's
+    f32 GGUF, for comparing a head's drafts token by token."""
+    import shutil
+
+    dst = out_dir / f"{folder.name}-mlx-f32"
+    if dst.exists():
+        shutil.rmtree(dst)
+    r = subprocess.run([sys.executable, "-m", "mlx_lm", "convert", "--hf-path", str(folder), "--mlx-path", str(dst),
+                        "--dtype", "float32"], capture_output=True, text=True)
+    return {"rc": r.returncode, "folder": str(dst), **({"error": (r.stdout + r.stderr)[-3000:]} if r.returncode else {})}
+
+
+def compare_drafts(llama_drafts: list[list[int]], mlx_preds: list[dict[str, list]]) -> dict[str, Any]:
+    """llama.cpp's drafted tokens (one per step) against the MLX head's predictions for the same
+    pairs, aligned from the first pair; counts equal positions and lists the MLX margin (top-1
+    minus top-2 logit) where they differ, next to the median margin (a near-tie shows as a tiny
+    margin)."""
+    import statistics
+
+    same = total = 0
+    per_prompt, differ, all_margins = [], [], []
+    for i, (d, p) in enumerate(zip(llama_drafts, mlx_preds)):
+        k = min(len(d), len(p["preds"]))
+        eq = 0
+        for j in range(k):
+            all_margins.append(p["margins"][j])
+            if d[j] == p["preds"][j]:
+                eq += 1
+            else:
+                differ.append({"prompt": i, "step": j, "llama.cpp": d[j], "mlx": p["preds"][j], "mlx_margin": p["margins"][j]})
+        per_prompt.append(f"{eq}/{k}")
+        same += eq
+        total += k
+    out = {"equal": same, "compared": total, "per_prompt": per_prompt, "differ": differ,
+           "median_margin": statistics.median(all_margins) if all_margins else None}
+    if all("preds_no_prompt_prefill" in p for p in mlx_preds):
+        out["equal_if_head_not_prefilled"] = sum(
+            int(a == b) for d, p in zip(llama_drafts, mlx_preds) for a, b in zip(d, p["preds_no_prompt_prefill"]))
+    return out
 
 
 def runtime_python(name: str) -> Path:

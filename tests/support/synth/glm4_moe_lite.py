@@ -165,11 +165,23 @@ def nextn_keys(config: dict[str, Any]) -> list[str]:
     return sorted(k for k in tensor_specs(config) if k.startswith(prefixes))
 
 
-def build_glm4_moe_lite(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, **overrides: Any) -> Path:
+def build_glm4_moe_lite(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, distinct_copies: bool = False,
+                        **overrides: Any) -> Path:
     """Write the tiny GLM-4.7-Flash checkpoint into ``out_dir`` and return it. ``overrides`` are
-    config.json keys (``q_lora_rank=None`` makes the ``q_proj`` variant of the attention)."""
+    config.json keys (``q_lora_rank=None`` makes the ``q_proj`` variant of the attention).
+
+    The NextN layer's ``embed_tokens`` and ``shared_head.head`` are copies of the trunk's
+    ``model.embed_tokens`` and ``lm_head`` (as the releases' NextN copies are meant to be);
+    ``distinct_copies=True`` draws them independently, which shows which of the two tensors a
+    runtime actually reads (llama.cpp prefers the NextN copies, MTPLX the trunk's embedding)."""
     config = tiny_config(**overrides)
     tensors = random_tensors(tensor_specs(config), seed=seed, float32=("e_score_correction_bias",))
+    if not distinct_copies:
+        for k in range(int(config.get("num_nextn_predict_layers") or 0)):
+            p = f"model.layers.{config['num_hidden_layers'] + k}."
+            tensors[p + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"]
+            if "lm_head.weight" in tensors:
+                tensors[p + "shared_head.head.weight"] = tensors["lm_head.weight"]
     with scratch_dir() as tmp:
         ids = build_family_tokenizer(Path(tmp), TRAINED_VOCAB, GLM_SPECIAL, eos="<|endoftext|>")
         assert ids["<|user|>"] == 506 and ids["<|observation|>"] == 508, ids
