@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file")
     ap.add_argument("--distinct-copies", action="store_true",
                     help="draw the NextN embed_tokens / shared_head.head independently of the trunk's")
+    ap.add_argument("--markdown", type=Path, default=None, help="write the measured tables (Markdown) to this file")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip: hf,gguf,server,mlx,mtplx,mlxvlm")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -79,6 +80,7 @@ def main() -> None:
     res["distinct_copies"] = a.distinct_copies
     cfg = json.loads((src / "config.json").read_text())
     n = cfg["num_hidden_layers"]
+    res["source_head"] = fp.source_tensors(src, lambda k: k.startswith(f"model.layers.{n}."))
     res["source_head_keys"] = nextn_keys(cfg)
 
     if "hf" not in skip:
@@ -169,6 +171,8 @@ def main() -> None:
         res["mlx_vlm"] = mv
         print("[mlx-vlm]", json.dumps(mv, default=str)[:3000], flush=True)
 
+    if a.markdown:
+        a.markdown.write_text(fp.render_markdown(res, "GLM-4.7-Flash (glm4_moe_lite)" + ("" if "glm4_moe_lite" != "nemotron_h" or not getattr(a, "latent", False) else ", latent MoE")))
     if a.json:
         a.json.write_text(json.dumps(res, indent=1, default=str))
     print("work folder:", work)

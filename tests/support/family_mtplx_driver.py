@@ -82,8 +82,24 @@ def head_predictions(rt, prompt: list[int], generated: list[int]) -> list[int]:
     # the same pairs with a head cache that starts at the last prompt position (no prefill of
     # the head over the prompt's earlier pairs): tells which history a decoder gave its head
     tail = rt.model.mtp_forward(hidden[:, k:-1], seq[:, k + 1:], mtp_cache=rt.model.make_mtp_cache())
-    return {"preds": preds[k:], "margins": [round(float(m), 5) for m in margins[k:]],
-            "preds_no_prompt_prefill": mx.argmax(tail[0], axis=-1).tolist()}
+    out = {"preds": preds[k:], "margins": [round(float(m), 5) for m in margins[k:]],
+           "preds_no_prompt_prefill": mx.argmax(tail[0], axis=-1).tolist()}
+    last = rt.model.mtp.layers[-1]
+    if hasattr(last, "final_layernorm"):
+        # Nemotron-H: the same head with its final norm applied as LayerNorm (mean removed, no
+        # bias) instead of RMSNorm — llama.cpp's graph builds it with LLM_NORM
+        import mlx.nn as nn
+
+        rms = last.final_layernorm
+        ln = nn.LayerNorm(rms.weight.shape[0], eps=rms.eps, affine=True, bias=False)
+        ln.weight = rms.weight
+        last.final_layernorm = ln
+        try:
+            alt = rt.model.mtp_forward(hidden[:, :-1], seq[:, 1:], mtp_cache=rt.model.make_mtp_cache())
+        finally:
+            last.final_layernorm = rms
+        out["preds_final_layernorm"] = mx.argmax(alt[0], axis=-1).tolist()[k:]
+    return out
 
 
 def main() -> None:

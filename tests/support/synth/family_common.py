@@ -67,6 +67,8 @@ def build_family_tokenizer(folder: Path, trained_size: int, extra_special: Seque
     tc = json.loads(tc_path.read_text(encoding="utf-8"))
     vocab = tj["model"]["vocab"]
     next_id = max([*vocab.values(), *(t["id"] for t in tj["added_tokens"])]) + 1
+    if next_id != trained_size:
+        raise ValueError(f"the tokenizer trained {next_id} tokens, not {trained_size}")
     ids: dict[str, int] = {}
     for tok in extra_special:
         ids[tok] = next_id

@@ -25,10 +25,11 @@ from typing import Any
 from .family_common import (Spec, build_family_tokenizer, linear, random_tensors, raw_norm, scratch_dir,
                             write_family_checkpoint, write_generation_config)
 
-#: appended after the 500 trained tokens (ids 500..); <|endoftext|> is id 0 already
+#: appended after the 503 trained tokens (ids 503..511, so every id below vocab_size 512 is a
+#: token, as in the releases); <|endoftext|> is id 0 already
 GLM_SPECIAL = ("[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
                "<|observation|>")
-TRAINED_VOCAB = 500
+TRAINED_VOCAB = 503
 
 #: config.json, spelled as the release spells it (tiny values)
 CONFIG: dict[str, Any] = {
@@ -37,7 +38,7 @@ CONFIG: dict[str, Any] = {
     "attention_bias": False,
     "attention_dropout": 0.0,
     "bos_token_id": 0,
-    "eos_token_id": [0, 506, 508],  # <|endoftext|>, <|user|>, <|observation|>
+    "eos_token_id": [0, 509, 511],  # <|endoftext|>, <|user|>, <|observation|>
     "pad_token_id": 0,
     "first_k_dense_replace": 1,
     "hidden_act": "silu",
@@ -184,7 +185,7 @@ def build_glm4_moe_lite(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2
                 tensors[p + "shared_head.head.weight"] = tensors["lm_head.weight"]
     with scratch_dir() as tmp:
         ids = build_family_tokenizer(Path(tmp), TRAINED_VOCAB, GLM_SPECIAL, eos="<|endoftext|>")
-        assert ids["<|user|>"] == 506 and ids["<|observation|>"] == 508, ids
+        assert ids["<|user|>"] == 509 and ids["<|observation|>"] == 511, ids
         out = write_family_checkpoint(out_dir, config, tensors, Path(tmp), n_shards=n_shards)
     write_generation_config(out, config)
     return out

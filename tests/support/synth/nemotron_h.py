@@ -26,7 +26,7 @@ from typing import Any
 from .family_common import (Spec, build_family_tokenizer, linear, random_tensors, raw_norm, scratch_dir,
                             write_family_checkpoint, write_generation_config)
 
-TRAINED_VOCAB = 500
+TRAINED_VOCAB = 512  # every id below vocab_size is a token
 
 #: config.json, spelled as the releases spell it (tiny values)
 CONFIG: dict[str, Any] = {
