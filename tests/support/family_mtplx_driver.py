@@ -45,7 +45,10 @@ def run(entry: dict, max_tokens: int, prompts: list[list[int]]) -> dict:
         return out
     if out["mtp_enabled"] and entry.get("head_preds"):
         try:
-            out["head_preds"] = [head_predictions(rt, ids, gen) for ids, gen in zip(prompts, entry["head_preds"])]
+            out["head_preds"], prev = [], None
+            for ids, gen in zip(prompts, entry["head_preds"]):
+                out["head_preds"].append(head_predictions(rt, ids, gen, prev))
+                prev = out["head_preds"][-1].pop("_last_hidden")
         except Exception as e:  # noqa: BLE001
             out.update(head_preds_error=f"{type(e).__name__}: {e}", trace=traceback.format_exc()[-2500:])
     if out["mtp_enabled"]:
@@ -62,7 +65,7 @@ def run(entry: dict, max_tokens: int, prompts: list[list[int]]) -> dict:
     return out
 
 
-def head_predictions(rt, prompt: list[int], generated: list[int]) -> list[int]:
+def head_predictions(rt, prompt: list[int], generated: list[int], prev_hidden=None) -> dict:
     """The head's greedy draft at every generated position, in one causal pass: the trunk's
     post-norm hidden state at position j (MTPLX's ``return_hidden``) with token j+1 predicts
     token j+2 (``mtp_forward`` over the whole sequence with a fresh head cache, as a head that
@@ -84,6 +87,18 @@ def head_predictions(rt, prompt: list[int], generated: list[int]) -> list[int]:
     tail = rt.model.mtp_forward(hidden[:, k:-1], seq[:, k + 1:], mtp_cache=rt.model.make_mtp_cache())
     out = {"preds": preds[k:], "margins": [round(float(m), 5) for m in margins[k:]],
            "preds_no_prompt_prefill": mx.argmax(tail[0], axis=-1).tolist()}
+    out["preds_llama_history"] = _llama_history_drafts(rt, seq, hidden, len(prompt), len(generated))
+    # the committed history plus llama.cpp's first pair: the prompt's first token with a zero hidden
+    hz = mx.concatenate([mx.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1)
+    zl = rt.model.mtp_forward(hz, seq, mtp_cache=rt.model.make_mtp_cache())
+    out["preds_zero_first_pair"] = mx.argmax(zl[0], axis=-1).tolist()[len(prompt):]
+    # llama.cpp keeps its pending hidden state between requests of one server: the first pair of
+    # a later prompt gets the previous request's last pending row instead of zeros
+    stale = prev_hidden if prev_hidden is not None else mx.zeros_like(hidden[:, :1])
+    hs = mx.concatenate([stale, hidden[:, :-1]], axis=1)
+    sl = rt.model.mtp_forward(hs, seq, mtp_cache=rt.model.make_mtp_cache())
+    out["preds_stale_first_pair"] = mx.argmax(sl[0], axis=-1).tolist()[len(prompt):]
+    out["_last_hidden"] = hidden[:, -2:-1]
     last = rt.model.mtp.layers[-1]
     if hasattr(last, "final_layernorm"):
         # Nemotron-H: the same head with its final norm applied as LayerNorm (mean removed, no
@@ -99,7 +114,43 @@ def head_predictions(rt, prompt: list[int], generated: list[int]) -> list[int]:
         finally:
             last.final_layernorm = rms
         out["preds_final_layernorm"] = mx.argmax(alt[0], axis=-1).tolist()[k:]
+        last.final_layernorm = ln
+        try:
+            out["preds_llama_history_layernorm"] = _llama_history_drafts(rt, seq, hidden, len(prompt), len(generated))
+            zl = rt.model.mtp_forward(hz, seq, mtp_cache=rt.model.make_mtp_cache())
+            out["preds_zero_first_pair_layernorm"] = mx.argmax(zl[0], axis=-1).tolist()[len(prompt):]
+            sl = rt.model.mtp_forward(hs, seq, mtp_cache=rt.model.make_mtp_cache())
+            out["preds_stale_first_pair_layernorm"] = mx.argmax(sl[0], axis=-1).tolist()[len(prompt):]
+        finally:
+            last.final_layernorm = rms
     return out
+
+
+def _llama_history_drafts(rt, seq, hidden, n_prompt: int, n_gen: int) -> list[int]:
+    """The drafts a head produces when its KV history is fed the way llama.cpp's draft-mtp feeds
+    it (read in common/speculative.cpp, not confirmed there), every draft rejected as in these
+    runs: the prompt's pairs (token j with the hidden of j-1, zeros for the first token); then per
+    step the draft call (last token, pending hidden), and the verify batch's catch-up, which adds
+    the same pair again and the rejected draft's pair. Entries are only appended (positions in
+    the cache follow insertion, so this is exact only for a head without RoPE)."""
+    import mlx.core as mx
+
+    cache = rt.model.make_mtp_cache()
+    h0 = mx.zeros_like(hidden[:, :1])
+    hp = mx.concatenate([h0, hidden[:, : n_prompt - 1]], axis=1)
+    rt.model.mtp_forward(hp, seq[:, :n_prompt], mtp_cache=cache)
+    drafts = []
+    for i in range(n_gen):
+        pos = n_prompt + i
+        tok = seq[:, pos:pos + 1]
+        h_prev = hidden[:, pos - 1:pos]
+        logits = rt.model.mtp_forward(h_prev, tok, mtp_cache=cache)
+        d = int(mx.argmax(logits[0, -1]).item())
+        drafts.append(d)
+        pair_h = mx.concatenate([h_prev, hidden[:, pos:pos + 1]], axis=1)
+        pair_t = mx.concatenate([tok, mx.array([[d]], dtype=tok.dtype)], axis=1)
+        rt.model.mtp_forward(pair_h, pair_t, mtp_cache=cache)
+    return drafts
 
 
 def main() -> None:

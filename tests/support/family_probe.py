@@ -249,6 +249,14 @@ def compare_drafts(llama_drafts: list[list[int]], mlx_preds: list[dict[str, list
     if all("preds_no_prompt_prefill" in p for p in mlx_preds):
         out["equal_if_head_not_prefilled"] = sum(
             int(a == b) for d, p in zip(llama_drafts, mlx_preds) for a, b in zip(d, p["preds_no_prompt_prefill"]))
+    for key, name in (("preds_llama_history", "equal_with_llama_cpp_history"),
+                      ("preds_zero_first_pair", "equal_with_zero_hidden_first_pair"),
+                      ("preds_zero_first_pair_layernorm", "equal_with_zero_hidden_first_pair_and_layernorm"),
+                      ("preds_stale_first_pair", "equal_with_carried_first_pair"),
+                      ("preds_stale_first_pair_layernorm", "equal_with_carried_first_pair_and_layernorm"),
+                      ("preds_llama_history_layernorm", "equal_with_llama_cpp_history_and_layernorm")):
+        if all(key in p for p in mlx_preds):
+            out[name] = sum(int(a == b) for d, p in zip(llama_drafts, mlx_preds) for a, b in zip(d, p[key]))
     if all("preds_final_layernorm" in p for p in mlx_preds):
         out["equal_if_final_norm_is_layernorm"] = sum(
             int(a == b) for d, p in zip(llama_drafts, mlx_preds) for a, b in zip(d, p["preds_final_layernorm"]))
@@ -399,12 +407,23 @@ def render_markdown(res: dict[str, Any], title: str) -> str:
                         _table([[f"`{k}`", v[0], v[1].replace("mlx.core.", "")] for k, v in sorted(hp.items())], ["parameter", "shape", "dtype"]), ""]
             cmp_ = mt.get("head_preds_vs_llama_cpp")
             if cmp_:
+                variants = {
+                    "equal_if_head_not_prefilled": "the head not prefilled over the prompt",
+                    "equal_with_zero_hidden_first_pair": "llama.cpp's extra first pair (first prompt token, zero hidden)",
+                    "equal_if_final_norm_is_layernorm": "the final norm applied as LayerNorm",
+                    "equal_with_zero_hidden_first_pair_and_layernorm": "the zero first pair and the LayerNorm",
+                    "equal_with_carried_first_pair": "llama.cpp's first pair as it runs: zero hidden on the server's first "
+                                                     "request, then the previous request's last pending hidden",
+                    "equal_with_carried_first_pair_and_layernorm": "that carried first pair and the LayerNorm",
+                    "equal_with_llama_cpp_history": "the emulated history with repeated and rejected pairs",
+                    "equal_with_llama_cpp_history_and_layernorm": "that history and the LayerNorm",
+                }
                 out += [f"Drafts, token by token: MTPLX's head (float32 folder) against llama-server's (f32 MTP-only file): "
                         f"{cmp_['equal']}/{cmp_['compared']} equal ({', '.join(cmp_['per_prompt'])}); where they differ the MLX "
-                        f"margins are {[d['mlx_margin'] for d in cmp_['differ']]} (median margin {cmp_['median_margin']:.3g}); "
-                        f"with the head not prefilled over the prompt: {cmp_.get('equal_if_head_not_prefilled')}/{cmp_['compared']}"
-                        + (f"; with the final norm applied as LayerNorm: {cmp_['equal_if_final_norm_is_layernorm']}/{cmp_['compared']}"
-                           if "equal_if_final_norm_is_layernorm" in cmp_ else "") + ".", ""]
+                        f"margins are {[d['mlx_margin'] for d in cmp_['differ']]} (median margin {cmp_['median_margin']:.3g}).", "",
+                        "The same MLX head under other assumptions about what llama.cpp computes (equal drafts out of "
+                        f"{cmp_['compared']}):", "",
+                        _table([[text, cmp_[key]] for key, text in variants.items() if key in cmp_], ["MLX variant", "equal"]), ""]
     mv = res.get("mlx_vlm")
     if mv:
         out += ["### mlx-vlm 0.7.10 (its own venv)", ""]
