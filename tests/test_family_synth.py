@@ -2,7 +2,7 @@
 nemotron_h.py) have the release layout their families' programs read: released mlx-lm loads the
 trunk and drops the head, and llama.cpp's converter (skipped where it is not built) writes the
 MTP-only GGUF with exactly the names docs/families/*.md list, which llama-server drafts with.
-The full measurements are the probe scripts' (scripts/probe_glm4_moe_lite.py, probe_nemotron_h.py).
+The full measurements are the probe scripts' (scripts/probe_family.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 llama.cpp's converter virtualenv, which has torch), llama.cpp's converter in its three modes,
 llama-server with and without the MTP-only GGUF, and ``mlx_lm.convert`` + mlx-lm generation.
 
-Used by scripts/probe_glm4_moe_lite.py and scripts/probe_nemotron_h.py; each step returns plain
+Used by scripts/probe_family.py; each step returns plain
 data (JSON-able) so the scripts can print and save what was measured.
 """
 
