@@ -14,7 +14,7 @@ from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
 from .families.spec import STACKED, FamilySpec, Role
-from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe, is_optional_key
+from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe, is_optional_key, shape_of
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
@@ -118,9 +118,11 @@ def resolve_layout(layout: str, family: str) -> str:
     fam = FAMILIES[family]
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
+    if not fam.layouts:
+        raise InputError(f"mtpforge writes the {family} head for llama.cpp only so far, not into an MLX folder",
+                         "pass the trunk's .gguf as --target (see docs/families/" + family + ".md for the MLX runtimes)")
     if layout not in fam.layouts:
-        hint = f"vllm-mlx (the head's {fam.head_file_prefix}* keys in model-mtp.safetensors) or sidecar" if not fam.nested_text_config else "sidecar"
-        raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {hint}")
+        raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {' or '.join(fam.layouts)}")
     return layout
 
 
@@ -216,7 +218,8 @@ def validate_source_head(
         what = f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}"
         raise RefusedError(f"the source's MTP head does not match its config ({what})",
                            "check that --source is the original Hugging Face checkpoint of this model")
-    for k, shp in expected.items():
+    optional = {k: shp for k in set(weights) - set(expected) if (shp := shape_of(k, src_config)) is not None}
+    for k, shp in {**expected, **optional}.items():
         if tuple(weights[k].shape) != shp:
             raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
                                "check that --source is the original Hugging Face checkpoint of this model")

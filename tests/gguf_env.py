@@ -86,9 +86,9 @@ def quantized(src: Path, qtype: str) -> Path:
     return p
 
 
-def trunk_copy(folder: Path, dst_dir: Path, qtype: str = "f32", name: str | None = None) -> Path:
+def trunk_copy(folder: Path, dst_dir: Path, qtype: str = "f32", name: str | None = None, pre: str | None = "qwen35") -> Path:
     """A private copy of the official trunk (tests may write beside it)."""
-    src = official(folder, "trunk", "f32")
+    src = official(folder, "trunk", "f32", pre=pre)
     if qtype != "f32":
         src = quantized(src, qtype)
     dst_dir.mkdir(parents=True, exist_ok=True)

@@ -151,11 +151,22 @@ def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(
     assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
 
 
-@pytest.mark.parametrize("argv", [["inspect", "{mlx}"], ["add-mtp", "--source", "{src}", "--target", "{mlx}"],
+def test_inspect_finds_the_head_mlx_lm_convert_dropped(glm) -> None:
+    """The converted folder declares a NextN layer and stores none: the finding, with a fix that
+    says where mtpforge writes this family's head today (llama.cpp's GGUF)."""
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(glm["mlx"]), "--json"], capture_output=True,
+                       text=True, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    rep = json.loads(r.stdout)
+    (f,) = rep["findings"]
+    assert r.returncode == 1 and rep["family"] == "glm4_moe" and f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS"
+    assert "llama.cpp GGUFs only" in f["fix"] and "docs/families/glm4_moe.md" in f["fix"]
+
+
+@pytest.mark.parametrize("argv", [["add-mtp", "--source", "{src}", "--target", "{mlx}"],
                                   ["verify", "{mlx}"], ["repair-norms", "{mlx}"]], ids=lambda a: a[0])
-def test_a_glm_folder_is_named_as_glm_and_left_alone(glm, argv) -> None:
-    """Until this family is written, every command says what the folder is and what writes its
-    head today, in one line (exit 2), and touches nothing."""
+def test_commands_that_would_write_an_mlx_glm_head_say_so_in_one_line(glm, argv) -> None:
+    """mtpforge writes this family's head for llama.cpp only: on an MLX folder every command
+    that would need the head says so in one line (exit 1 or 2) and touches nothing."""
     from tests.test_hostile import error_lines, tree_state
 
     args = [a.format(mlx=glm["mlx"], src=glm["src"]) for a in argv]
@@ -164,5 +175,5 @@ def test_a_glm_folder_is_named_as_glm_and_left_alone(glm, argv) -> None:
                        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
     lines = error_lines(r.stderr)
     assert r.returncode in (1, 2) and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
-    assert "GLM-4.5 / 4.6 / 4.7 model (model_type 'glm4_moe')" in lines[0] and "llama.cpp's converter" in lines[0]
+    assert "llama.cpp" in lines[0] or "MTP" in lines[0], lines[0]
     assert tree_state(glm["mlx"]) == before

@@ -105,7 +105,7 @@ class InspectContext:
 
     @property
     def add_fix(self) -> str:
-        return f"mtpforge add-mtp --source {self.src_hint} --target {self.target}"
+        return self.spec.mlx_fix(self.src_hint, self.target)
 
 
 def build_context(
@@ -123,7 +123,7 @@ def build_context(
         source
         or _recorded_source(manifest)
         or _base_model(store)
-        or "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
+        or f"<original Hugging Face repo, e.g. {FAMILIES[family].example_repo}>"
     )
     ctx = InspectContext(target, store, cat, family, FAMILIES[family], declared_mtp_layers(cat.config, family), loc,
                          manifest, source, source_revision, runtime, mlx_lm_version, data_checks, src_hint, behaviour,

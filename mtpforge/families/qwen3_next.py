@@ -42,6 +42,7 @@ QWEN3_NEXT = FamilySpec(
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
     gguf_arch="qwen3next",
+    example_repo="Qwen/Qwen3-Next-80B-A3B-Instruct",
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=is_raw_tensor,
 )

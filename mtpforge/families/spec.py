@@ -45,8 +45,21 @@ class Role(str, Enum):
     EXPERT_DOWN = "expert_down"
     EXPERTS_GATE_UP = "experts_gate_up"
     EXPERTS_DOWN = "experts_down"
+    # NextN heads (GLM, DeepSeek): the head's own output projection and embedding copies, the
+    # attention biases, the sigmoid router's score-correction bias
+    SHARED_HEAD = "shared_head"
+    EMBED_TOKENS = "embed_tokens"
+    Q_BIAS = "q_bias"
+    K_BIAS = "k_bias"
+    V_BIAS = "v_bias"
+    ROUTER_BIAS = "router_bias"
 
 
+#: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
+NORM_ROLES = frozenset({
+    Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
+    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM,
+})
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
 #: expert tensors in any format (one per expert, fused, or stacked)
@@ -64,13 +77,16 @@ class Row:
     """One head tensor: its role, the family's key template and its shape template.
 
     ``optional``: a release may leave the tensor out (GLM-4.6 omits the ``shared_head.head`` /
-    ``embed_tokens`` copies GLM-4.5 ships); the head is complete without it.
+    ``embed_tokens`` copies GLM-4.5 ships); the head is complete without it. ``when``: a
+    text-config key that switches the tensor on (GLM's ``attention_bias``, ``use_qk_norm``): the
+    tensor exists exactly when that key is true.
     """
 
     role: Role
     key: str
     shape: Shape
     optional: bool = False
+    when: str | None = None
 
     @cached_property
     def pattern(self) -> "re.Pattern[str]":
@@ -121,10 +137,13 @@ class FamilySpec:
     lm_module_path: tuple[str, ...]
     #: the backbone's decoder layer class that an MTP layer is built from (imported when called)
     head_layer: Callable[[], type]
-    #: config dimension -> config key (``text_config`` level); ``None`` marks derived ones
-    dim_keys: Mapping[str, str] = field(default_factory=dict)
+    #: config dimension -> config key (``text_config`` level), or a tuple of keys whose values
+    #: multiply (GLM's shared-expert width: ``n_shared_experts`` x ``moe_intermediate_size``)
+    dim_keys: Mapping[str, "str | tuple[str, ...]"] = field(default_factory=dict)
     #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
     head_index_key: str | None = None
+    #: a released checkpoint of the family that ships the head (what a fix's ``--source`` names)
+    example_repo: str = "Qwen/Qwen3.5-27B"
     #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
     gguf_arch: str | None = None
     #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
@@ -133,6 +152,14 @@ class FamilySpec:
     #: ``(key, shape) -> True`` for a backbone tensor only a raw release stores that way (how
     #: mlx-lm tells a checkpoint to sanitize); None: the family has no such marker
     is_raw_tensor: Callable[[str, tuple[int, ...]], bool] | None = None
+
+    def mlx_fix(self, source: str, target: str) -> str:
+        """The fix for an MLX folder of this family that lacks its head: the add-mtp command,
+        or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
+        if self.layouts:
+            return f"mtpforge add-mtp --source {source} --target {target}"
+        return (f"mtpforge writes the {self.name} head for llama.cpp GGUFs only so far (add-mtp --target TRUNK.gguf); "
+                f"docs/families/{self.name}.md says which MLX runtime drafts it")
 
     def rows(self, fmt: str | None = None) -> Iterator[Row]:
         """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats
@@ -177,18 +204,25 @@ class FamilySpec:
 
     def head_prefix(self, config: Any = None) -> str:
         """The raw checkpoint's head prefix, ``{N}`` filled from ``config`` (``head_index_key``)."""
+        return self._filled(self.hf_head_prefix, config)
+
+    def file_prefix(self, config: Any = None) -> str:
+        """The head-only file's prefix, ``{N}`` filled as in :meth:`head_prefix`."""
+        return self._filled(self.head_file_prefix, config)
+
+    def _filled(self, template: str, config: Any) -> str:
         if self.head_index_key is None:
-            return self.hf_head_prefix
+            return template
         if config is None:
             raise ValueError(f"{self.name}'s head prefix depends on the config ({self.head_index_key})")
         from ..inputs.model_config import as_config
 
-        return self.hf_head_prefix.format(N=getattr(as_config(config).text, self.head_index_key))
+        return template.format(N=getattr(as_config(config).text, self.head_index_key))
 
     def head_prefixes(self, config: Any = None) -> tuple[str, ...]:
         """Every prefix a head key of this family carries: the MLX spellings, the head-only
         file's, then the raw one."""
-        return tuple(dict.fromkeys((*self.mlx_head_prefixes, self.head_file_prefix, self.head_prefix(config))))
+        return tuple(dict.fromkeys((*self.mlx_head_prefixes, self.file_prefix(config), self.head_prefix(config))))
 
     def strip_prefix(self, key: str, config: Any = None) -> str | None:
         """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""

@@ -71,10 +71,14 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
     k = spec.dim_keys
 
     def v(name: str, default: int | None = None) -> int:
-        got = getattr(cfg.text, k[name], None)
-        if got is None:
+        keys = k.get(name, ())
+        got: int | None = 1
+        for key in (keys,) if isinstance(keys, str) else keys:
+            one = getattr(cfg.text, key, None)
+            got = None if one is None or got is None else got * one
+        if got is None or not keys:
             if default is None:
-                raise CorruptFileError(f"{cfg.file} has no {k[name]}",
+                raise CorruptFileError(f"{cfg.file} has no {keys if isinstance(keys, str) else ' / '.join(keys)}",
                                        f"pass the config.json of a {spec.name} model as released")
             return default
         return got
@@ -91,7 +95,13 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def is_moe(config: Mapping[str, Any]) -> bool:
-    return (as_config(config).text.num_experts or 0) > 0
+    t = as_config(config).text
+    return (t.num_experts or t.n_routed_experts or 0) > 0
+
+
+def row_exists(row: Row, config: Mapping[str, Any]) -> bool:
+    """A row the config switches on (``Row.when``) or one that is always there."""
+    return row.when is None or bool(as_config(config).text_raw.get(row.when))
 
 
 def declared_mtp_layers(config: Mapping[str, Any], family: "str | FamilySpec | None") -> int:
@@ -119,15 +129,23 @@ def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str |
     spec = family_spec(config)
     per_layer: tuple[Row, ...] = spec.layer_rows + spec.mlp_rows
     expert_rows = spec.expert_rows[expert_format or STACKED] if spec.moe else ()
-    out: dict[str, tuple[int, ...]] = {r.key: tuple(dm[s] for s in r.shape) for r in spec.head_rows if not r.optional}
+    out: dict[str, tuple[int, ...]] = {r.key: tuple(dm[s] for s in r.shape) for r in spec.head_rows
+                                       if not r.optional and row_exists(r, config)}
     for i in range(n_layers):
         for r in (*per_layer, *expert_rows):
-            if r.optional:
+            if r.optional or not row_exists(r, config):
                 continue
             shape = tuple(dm[s] for s in r.shape)
             for e in range(dm["E"] if "{e}" in r.key else 1):
                 out[r.key.format(i=i, e=e)] = shape
     return out
+
+
+def shape_of(bare: str, config: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The unquantized shape the config implies for a bare head key its family spells (optional
+    rows included), None for a key no row spells."""
+    hit = family_spec(config).match(bare)
+    return None if hit is None else tuple(dims(config)[s] for s in hit[0].shape)
 
 
 def is_optional_key(bare: str, family: "str | FamilySpec") -> bool:

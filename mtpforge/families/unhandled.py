@@ -18,9 +18,6 @@ class Unwritten:
 
 
 UNWRITTEN: tuple[Unwritten, ...] = (
-    Unwritten("GLM-4.5 / 4.6 / 4.7", ("glm4_moe",),
-              "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint; "
-              "MTPLX's glm_mtp backend drafts from an mtp.safetensors of the source's model.layers.N tensors"),
     Unwritten("GLM-4.7-Flash", ("glm4_moe_lite",),
               "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint"),
     Unwritten("Nemotron-H", ("nemotron_h",), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),

@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError, MtpforgeError, RefusedError
+from ..families import FAMILIES
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..model_card import CARD, card_beside, write_atomic
@@ -32,7 +33,7 @@ from ..progress import Progress
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
 from .meta import mtp_file_name, mtp_only_kv, with_mtp_layers
-from .names import FAMILY_OF_ARCH, SHARED_TENSORS
+from .names import FAMILY_OF_ARCH, SHARED_TENSORS, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
 
@@ -88,8 +89,7 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
     g = read_local(p)
     family = FAMILY_OF_ARCH.get(g.arch)
     if family is None:
-        raise InputError(f"{p.name} is a llama.cpp {g.arch or 'unknown'} model, not Qwen3.5, Qwen3.6 or Qwen3-Next",
-                         "mtpforge adds MTP heads to qwen35, qwen35moe and qwen3next GGUFs")
+        raise InputError(*handled_archs(p.name, g.arch))
     if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
         raise InputError(f"{p.name} is an MTP-only GGUF, not a model", "pass the trunk GGUF (the one given to llama-server -m)")
     if g.nextn_layers or any(t.startswith(f"blk.{g.block_count - 1}.nextn.") for t in g.tensors):
@@ -305,7 +305,7 @@ def _card(g: _GgufPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[st
     view = {**manifest, "expert_format": manifest["expert_format"]["written"]}
     run = (f"llama-server -m {g.trunk.name} -md {g.dest.name}" if g.row.beside_trunk else f"llama-server -m {g.dest.name}")
     closing = f"Run it with `{run} --spec-type draft-mtp`; check it with `mtpforge inspect <trunk>.gguf`."
-    return card_beside(g.dest.parent, view, ("shifted (+1, as llama.cpp's converter writes them)", closing), recorded)
+    return card_beside(g.dest.parent, view, (_norms_said(g.family)[1], closing), recorded)
 
 
 def _manifest(g: _GgufPlan, source: str) -> dict[str, Any]:
@@ -315,12 +315,22 @@ def _manifest(g: _GgufPlan, source: str) -> dict[str, Any]:
         "architecture": trunk.arch, "layout": g.row.name,
         "source": {"repo": source if not src.local else Path(source).name, "revision": src.commit, "local": src.local},
         "trunk": g.fingerprint["trunk"], "fingerprint": g.fingerprint, "precision": g.report["precision"],
-        "norm_convention": "shifted", "norm_shift": "+1 on the 7 zero-centred MTP norm kinds, as llama.cpp's converter",
+        "norm_convention": _norms_said(g.family)[0], "norm_shift": _norms_said(g.family)[2],
         "expert_format": {"source": src.expert_format, "written": "stacked (ffn_*_exps)" if src.expert_format != "none" else "none"},
         "mtp_layers": src.n_layers, "block_count": trunk.block_count + src.n_layers,
         "tensors": {t.name: {"type": t.type.name, "shape": list(reversed(t.shape)), "from": "source"} for t in g.plan},
         "copied": {t.name: {"type": t.type.name, "from": "trunk"} for t in g.carried} if g.row.beside_trunk else len(g.carried),
     }
+
+
+def _norms_said(family: str) -> tuple[str, str, str]:
+    """(convention, the card's words, the record's words) for the head's norms: +1 on a
+    zero-centred family's, as llama.cpp's converter writes them; a raw family's as stored."""
+    spec = FAMILIES[family]
+    if spec.norm_offset:
+        return ("shifted", f"shifted (+{spec.norm_offset:g}, as llama.cpp's converter writes them)",
+                f"+{spec.norm_offset:g} on the {len(spec.norm_roles)} zero-centred MTP norm kinds, as llama.cpp's converter")
+    return "raw", "raw (as stored in the source, as llama.cpp's converter writes them)", "none: the family's norms are raw"
 
 
 def _peak_estimate(plan: list[HeadTensor]) -> int:

@@ -21,21 +21,18 @@ from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
-from .names import FAMILY_OF_ARCH, SHARED_TENSORS, block_of, expected_block, norm_sources
+from .names import FAMILY_OF_ARCH, SHARED_TENSORS, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
 
 def _dims(g: GgufFile) -> dict[str, int]:
     def i(key: str) -> int:
-        v = g.get(key, 0)
+        v = g.get("{arch}." + key, 0)
         if isinstance(v, list):
             v = max(v) if v else 0
         return int(v or 0)
 
-    H, heads, kv, D = i("{arch}.embedding_length"), i("{arch}.attention.head_count"), i("{arch}.attention.head_count_kv"), \
-        i("{arch}.attention.key_length")
-    return {"H": H, "2H": 2 * H, "Q": heads * D, "2Q": 2 * heads * D, "K": kv * D, "D": D,
-            "F": i("{arch}.feed_forward_length"), "E": i("{arch}.expert_count"),
-            "X": i("{arch}.expert_feed_forward_length"), "S": i("{arch}.expert_shared_feed_forward_length"), "1": 1}
+    emb = g.tensors.get("token_embd.weight")
+    return gguf_dims(i, emb.shape[0] if emb is not None and emb.shape else 0)
 
 
 def _mtp_blocks(g: GgufFile) -> list[int]:
@@ -49,7 +46,7 @@ def _source_hint(g: GgufFile, source: str | None) -> str:
         v = g.get(key)
         if isinstance(v, str) and "huggingface.co/" in v:
             return v.split("huggingface.co/", 1)[1].strip("/")
-    return "<original Hugging Face repo, e.g. Qwen/Qwen3.5-27B>"
+    return f"<original Hugging Face repo, e.g. {FAMILIES[FAMILY_OF_ARCH[g.arch]].example_repo}>"
 
 
 def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
@@ -85,12 +82,11 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
             if a is not None and b is not None and a.shape != b.shape:
                 out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: {n} is {list(a.shape)}, the trunk's {list(b.shape)}",
                                    "use the MTP file made for this model"))
-    moe = _dims(ref)["E"] > 0
-    want = expected_block(_dims(ref), moe)
+    want, maybe = expected_block(FAMILIES[FAMILY_OF_ARCH[head.arch]], _dims(ref))
     for b in blocks[:1]:
         have = {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b}
         missing = sorted(set(want) - set(have))
-        extra = sorted(set(have) - set(want))
+        extra = sorted(set(have) - set(want) - maybe)
         if missing:
             out.append(finding("MTP_MISSING_TENSORS", f"{where}: the MTP block blk.{b} lacks {', '.join(missing[:3])}"
                                + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""),
@@ -111,43 +107,45 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
 
 
 def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -> tuple[str, str, list[Finding]]:
-    """Exact comparison of the head's norms with the source's raw ones: +1 is right (llama.cpp's
-    converter shifts them), 0 is raw, +2 double-shifted."""
+    """Exact comparison of the head's norms with the source's: each must carry what llama.cpp's
+    converter adds (+1 on a zero-centred norm, nothing on a raw family's); a norm off by one
+    from that is raw, double-shifted or wrongly shifted."""
     if source is None or head.path is None:
         return "unknown", "none", []
+    from .head import _decode
     from .source import open_source_head
 
     src = open_source_head(source, revision)
-    b0 = _mtp_blocks(head)[0]
-    rev = norm_sources(FAMILIES[src.family], b0)
+    spec = FAMILIES[src.family]
+    right = "shifted" if spec.norm_offset else "raw"
     kinds: dict[str, str] = {}
-    for name, t in head.tensors.items():
-        if name not in rev or rev[name] not in src.entries:
+    for name, (bare, want) in norm_sources(spec, _mtp_blocks(head)[0]).items():
+        if name not in head.tensors or bare not in src.entries:
             continue
-        info = src.entries[rev[name]]
-        raw = src.store.read_range(info.file, info.begin, info.end)
-        from .head import _decode
-
-        s = _decode(info, raw, tuple(info.shape), None, None)
-        d = float(np.mean(tensor_array(head, t) - s))
-        kinds[name] = "shifted" if abs(d - 1) < 0.05 else "raw" if abs(d) < 0.05 else "double-shifted" if abs(d - 2) < 0.05 else "other"
+        info = src.entries[bare]
+        s = _decode(info, src.store.read_range(info.file, info.begin, info.end), tuple(info.shape), None, None)
+        d = float(np.mean(tensor_array(head, head.tensors[name]) - s)) - want
+        kinds[name] = right if abs(d) < 0.05 else "off-by-one" if abs(abs(d) - 1) < 0.05 else "other"
+        if kinds[name] == "off-by-one":
+            kinds[name] = ("raw" if d < 0 else "double-shifted") if spec.norm_offset else "shifted"
     found = set(kinds.values())
     out: list[Finding] = []
-    if not found:
-        return "unknown", "source", out
-    if found == {"shifted"}:
-        return "shifted", "source", out
+    if not found or found == {right}:
+        return (right if found else "unknown"), "source", out
+    fix = "re-write the head with mtpforge add-mtp --force"
     if found == {"raw"}:
-        out.append(finding("MTP_NORMS_RAW", "the MTP norms are the raw zero-centred source values; llama.cpp expects them +1",
-                           "re-write the head with mtpforge add-mtp --force"))
+        out.append(finding("MTP_NORMS_RAW", "the MTP norms are the raw zero-centred source values; llama.cpp expects them +1", fix))
         return "raw", "source", out
     if found == {"double-shifted"}:
-        out.append(finding("MTP_NORMS_DOUBLE_SHIFTED", "the MTP norms are shifted +2 instead of +1 (acceptance halves)",
-                           "re-write the head with mtpforge add-mtp --force"))
+        out.append(finding("MTP_NORMS_DOUBLE_SHIFTED", "the MTP norms are shifted +2 instead of +1 (acceptance halves)", fix))
         return "double-shifted", "source", out
-    bad = sorted(n for n, k in kinds.items() if k != "shifted")
-    out.append(finding("MTP_NORMS_MIXED", f"some MTP norms are not shifted +1: {', '.join(bad[:3])}",
-                       "re-write the head with mtpforge add-mtp --force"))
+    if found == {"shifted"}:
+        out.append(finding("MTP_NORMS_SHIFTED", f"the MTP norms are shifted +1, but {spec.name}'s norms are raw "
+                                                "(llama.cpp multiplies by them as stored)", fix))
+        return "shifted", "source", out
+    bad = sorted(n for n, k in kinds.items() if k != right)
+    out.append(finding("MTP_NORMS_MIXED", f"some MTP norms are not as llama.cpp's converter writes them ({right}): "
+                                          f"{', '.join(bad[:3])}", fix))
     return "mixed", "source", out
 
 
@@ -171,8 +169,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
     family = FAMILY_OF_ARCH.get(g.arch)
     findings: list[Finding] = []
     if family is None:
-        raise InputError(f"{p.name} is a llama.cpp {g.arch or 'unknown'} model, not Qwen3.5, Qwen3.6 or Qwen3-Next",
-                         "mtpforge handles the qwen35, qwen35moe and qwen3next GGUF architectures")
+        raise InputError(*handled_archs(p.name, g.arch))
     is_mtp_only = "blk.0.attn_norm.weight" not in g.tensors and bool(_mtp_blocks(g))
     siblings: list[dict[str, Any]] = []
     head: GgufFile | None = None
@@ -226,7 +223,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
             findings += nf
         else:
             m = _manifest(head.path) if head.path else None
-            conv, conv_from = ("shifted", "manifest") if m else ("unknown", "none")
+            conv, conv_from = (m.norm_convention or "shifted", "manifest") if m else ("unknown", "none")
     report: dict[str, Any] = {
         "target": target, "format": "gguf", "architecture": g.arch, "family": family, "layout": layout,
         "config_mtp_layers": (head or g).nextn_layers, "block_count": g.block_count,

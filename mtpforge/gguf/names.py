@@ -10,43 +10,69 @@ the source key); they are checked against llama.cpp's own converter in the tests
 from __future__ import annotations
 
 import re
+from typing import Callable
+
+import gguf
 
 from ..families import FAMILIES
-from ..families.spec import EXPERT_ROLES, FamilySpec, Role
+from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role
 
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
 ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
 FAMILY_OF_ARCH = {v: k for k, v in ARCH.items()}
 
-#: Role -> llama.cpp's name relative to ``blk.{n}.`` (gguf-py's ``MODEL_TENSOR`` rows:
-#: ``NEXTN_EH_PROJ``, ``NEXTN_ENORM``, ``ATTN_NORM``, ``FFN_GATE_EXP``, ...). Per-head roles land
-#: in the first MTP block, per-layer ones in block ``n_trunk + i``; the expert roles name the
-#: stacked tensor (one per projection, experts on the slowest axis).
-TENSOR_NAMES: dict[Role, str] = {
-    Role.FC: "nextn.eh_proj.weight",
-    Role.PRE_FC_NORM_EMBEDDING: "nextn.enorm.weight",
-    Role.PRE_FC_NORM_HIDDEN: "nextn.hnorm.weight",
-    Role.FINAL_NORM: "nextn.shared_head_norm.weight",
-    Role.INPUT_NORM: "attn_norm.weight",
-    Role.POST_ATTENTION_NORM: "post_attention_norm.weight",
-    Role.Q_PROJ: "attn_q.weight",
-    Role.K_PROJ: "attn_k.weight",
-    Role.V_PROJ: "attn_v.weight",
-    Role.O_PROJ: "attn_output.weight",
-    Role.Q_NORM: "attn_q_norm.weight",
-    Role.K_NORM: "attn_k_norm.weight",
-    Role.MLP_GATE: "ffn_gate.weight",
-    Role.MLP_UP: "ffn_up.weight",
-    Role.MLP_DOWN: "ffn_down.weight",
-    Role.ROUTER: "ffn_gate_inp.weight",
-    Role.SHARED_GATE: "ffn_gate_shexp.weight",
-    Role.SHARED_UP: "ffn_up_shexp.weight",
-    Role.SHARED_DOWN: "ffn_down_shexp.weight",
-    Role.SHARED_EXPERT_GATE: "ffn_gate_inp_shexp.weight",
-    Role.EXPERT_GATE: "ffn_gate_exps.weight",
-    Role.EXPERT_UP: "ffn_up_exps.weight",
-    Role.EXPERT_DOWN: "ffn_down_exps.weight",
+
+def handled_archs(name: str, arch: str | None) -> tuple[str, str]:
+    """(message, fix) for a GGUF of an architecture no family writes."""
+    archs = ", ".join(sorted(FAMILY_OF_ARCH))
+    return (f"{name} is a llama.cpp {arch or 'unknown'} model, whose MTP head mtpforge does not write",
+            f"mtpforge handles the GGUF architectures {archs}")
+
+_T = gguf.MODEL_TENSOR
+#: Role -> gguf-py's ``MODEL_TENSOR`` row and the tensor's suffix (llama.cpp's name is the row's
+#: ``blk.{bid}.…`` template plus it). Per-head roles land in the first MTP block, per-layer ones
+#: in block ``n_trunk + i``; the expert roles name the stacked tensor (one per projection,
+#: experts on the slowest axis).
+TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
+    Role.FC: (_T.NEXTN_EH_PROJ, "weight"),
+    Role.PRE_FC_NORM_EMBEDDING: (_T.NEXTN_ENORM, "weight"),
+    Role.PRE_FC_NORM_HIDDEN: (_T.NEXTN_HNORM, "weight"),
+    Role.FINAL_NORM: (_T.NEXTN_SHARED_HEAD_NORM, "weight"),
+    Role.SHARED_HEAD: (_T.NEXTN_SHARED_HEAD_HEAD, "weight"),
+    Role.EMBED_TOKENS: (_T.NEXTN_EMBED_TOKENS, "weight"),
+    Role.INPUT_NORM: (_T.ATTN_NORM, "weight"),
+    Role.POST_ATTENTION_NORM: (_T.ATTN_POST_NORM, "weight"),
+    Role.Q_PROJ: (_T.ATTN_Q, "weight"),
+    Role.K_PROJ: (_T.ATTN_K, "weight"),
+    Role.V_PROJ: (_T.ATTN_V, "weight"),
+    Role.O_PROJ: (_T.ATTN_OUT, "weight"),
+    Role.Q_BIAS: (_T.ATTN_Q, "bias"),
+    Role.K_BIAS: (_T.ATTN_K, "bias"),
+    Role.V_BIAS: (_T.ATTN_V, "bias"),
+    Role.Q_NORM: (_T.ATTN_Q_NORM, "weight"),
+    Role.K_NORM: (_T.ATTN_K_NORM, "weight"),
+    Role.MLP_GATE: (_T.FFN_GATE, "weight"),
+    Role.MLP_UP: (_T.FFN_UP, "weight"),
+    Role.MLP_DOWN: (_T.FFN_DOWN, "weight"),
+    Role.ROUTER: (_T.FFN_GATE_INP, "weight"),
+    Role.ROUTER_BIAS: (_T.FFN_EXP_PROBS_B, "bias"),
+    Role.SHARED_GATE: (_T.FFN_GATE_SHEXP, "weight"),
+    Role.SHARED_UP: (_T.FFN_UP_SHEXP, "weight"),
+    Role.SHARED_DOWN: (_T.FFN_DOWN_SHEXP, "weight"),
+    Role.SHARED_EXPERT_GATE: (_T.FFN_GATE_INP_SHEXP, "weight"),
+    Role.EXPERT_GATE: (_T.FFN_GATE_EXP, "weight"),
+    Role.EXPERT_UP: (_T.FFN_UP_EXP, "weight"),
+    Role.EXPERT_DOWN: (_T.FFN_DOWN_EXP, "weight"),
 }
+
+
+def _relative(role: Role) -> str:
+    tensor, suffix = TENSORS[role]
+    return gguf.TENSOR_NAMES[tensor].format(bid=0).split(".", 2)[2] + "." + suffix
+
+
+#: Role -> llama.cpp's name relative to ``blk.{n}.`` (e.g. ``nextn.eh_proj.weight``)
+TENSOR_NAMES: dict[Role, str] = {role: _relative(role) for role in TENSORS}
 
 
 #: the trunk tensors an MTP-only file carries for the draft model (llama.cpp's converter keeps
@@ -55,8 +81,7 @@ SHARED_TENSORS: tuple[str, ...] = ("token_embd.weight", "output_norm.weight", "o
 
 #: tensors llama.cpp keeps in F32 whatever the file type (its converter's rule: norms, 1-D
 #: tensors, routers)
-F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "ffn_gate_inp.weight",
-                                 "ffn_gate_inp_shexp.weight")
+F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES)))
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -85,44 +110,39 @@ def keeps_f32(name: str, n_dims: int) -> bool:
     return n_dims <= 1 or name.endswith(F32_SUFFIXES)
 
 
-def norm_sources(spec: FamilySpec, block: int) -> dict[str, str]:
-    """The first MTP block's zero-centred norms: GGUF name -> bare source key (the norms
-    llama.cpp's converter shifts by the family's offset)."""
+def norm_sources(spec: FamilySpec, block: int) -> dict[str, tuple[str, float]]:
+    """The first MTP block's norms: GGUF name -> (bare source key, the offset llama.cpp's
+    converter adds: the family's for a zero-centred norm, 0 for a raw one)."""
     out = {}
     for r in spec.rows():
-        if r.role in spec.norm_roles and (name := gguf_name(r.key.format(i=0, e=0), block, spec)) is not None:
-            out[name] = r.key.format(i=0, e=0)
+        if r.role in NORM_ROLES and (name := gguf_name(r.key.format(i=0, e=0), block, spec)) is not None:
+            out[name] = (r.key.format(i=0, e=0), spec.offset_of(r.key.format(i=0, e=0)))
     return out
 
 
-#: the MTP block as llama.cpp loads it, with shapes (numpy order) in trunk dimensions:
-#: H embedding, Q = heads x head_dim, K = kv heads x head_dim, D head_dim, F dense FFN,
-#: E experts, X expert FFN, S shared-expert FFN
-BLOCK_ROWS: dict[str, tuple[str, ...]] = {
-    "nextn.eh_proj.weight": ("H", "2H"),
-    "nextn.enorm.weight": ("H",),
-    "nextn.hnorm.weight": ("H",),
-    "nextn.shared_head_norm.weight": ("H",),
-    "attn_norm.weight": ("H",),
-    "post_attention_norm.weight": ("H",),
-    "attn_q.weight": ("2Q", "H"),
-    "attn_k.weight": ("K", "H"),
-    "attn_v.weight": ("K", "H"),
-    "attn_output.weight": ("H", "Q"),
-    "attn_q_norm.weight": ("D",),
-    "attn_k_norm.weight": ("D",),
-}
-DENSE_ROWS: dict[str, tuple[str, ...]] = {
-    "ffn_gate.weight": ("F", "H"), "ffn_up.weight": ("F", "H"), "ffn_down.weight": ("H", "F"),
-}
-MOE_ROWS: dict[str, tuple[str, ...]] = {
-    "ffn_gate_inp.weight": ("E", "H"),
-    "ffn_gate_exps.weight": ("E", "X", "H"), "ffn_up_exps.weight": ("E", "X", "H"), "ffn_down_exps.weight": ("E", "H", "X"),
-    "ffn_gate_shexp.weight": ("S", "H"), "ffn_up_shexp.weight": ("S", "H"), "ffn_down_shexp.weight": ("H", "S"),
-    "ffn_gate_inp_shexp.weight": ("1", "H"),
-}
+def gguf_dims(get: Callable[[str], int], vocab: int) -> dict[str, int]:
+    """The family rows' shape symbols from a GGUF's metadata (``get`` reads ``{arch}.*`` keys)."""
+    H, heads, kv, D = get("embedding_length"), get("attention.head_count"), get("attention.head_count_kv"), \
+        get("attention.key_length")
+    X = get("expert_feed_forward_length")
+    S = get("expert_shared_feed_forward_length") or get("expert_shared_count") * X
+    return {"H": H, "2H": 2 * H, "D": D, "QD": heads * D, "2QD": 2 * heads * D, "KD": kv * D,
+            "I": get("feed_forward_length"), "E": get("expert_count"), "IM": X, "2IM": 2 * X, "IS": S, "1": 1, "V": vocab}
 
 
-def expected_block(dims: dict[str, int], moe: bool) -> dict[str, tuple[int, ...]]:
-    rows = {**BLOCK_ROWS, **(MOE_ROWS if moe else DENSE_ROWS)}
-    return {k: tuple(dims[s] for s in shp) for k, shp in rows.items()}
+def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The MTP block as llama.cpp loads it, from the family's rows: (GGUF name relative to
+    ``blk.{n}.`` -> shape in numpy order, names a block may also hold: optional tensors and
+    those a config switch turns on)."""
+    want: dict[str, tuple[int, ...]] = {}
+    maybe: set[str] = set()
+    rows = [*spec.head_rows, *spec.layer_rows, *spec.mlp_rows, *spec.expert_rows.get(STACKED, ())]
+    for r in rows:
+        name = TENSOR_NAMES.get(r.role)
+        if name is None:
+            continue
+        if r.optional or r.when is not None:
+            maybe.add(name)
+        else:
+            want[name] = tuple(dims[s] for s in r.shape)
+    return want, maybe

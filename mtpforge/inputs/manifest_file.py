@@ -123,6 +123,8 @@ class GgufManifestFile(_Rec):
     #: every trunk the head serves (other quantizations of the same model added later)
     trunks: Optional[list[GgufTrunkRec]] = Field(None, description="a list of {\"file\", ...}")
     model_card: Optional[GgufCardRec] = Field(None, description="the card's record")
+    #: what the head's norms carry: "shifted" (+1, a zero-centred family) or "raw"
+    norm_convention: Optional[Literal["shifted", "raw"]] = Field(None, description="\"shifted\" or \"raw\"")
 
 
 def gguf_trunk_files(m: GgufManifestFile) -> set[str]:

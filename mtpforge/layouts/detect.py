@@ -58,7 +58,7 @@ def _flat_prefixes(cat: Catalogue, family: str | None) -> tuple[str, ...]:
     """Prefixes of a head stored outside the language model's namespace: the head-only files'
     spelling and the raw release's (every family's while the family is unknown)."""
     specs = (FAMILIES[family],) if family in FAMILIES else tuple(FAMILIES.values())
-    return tuple(dict.fromkeys(p for s in specs for p in (s.head_file_prefix, s.head_prefix(cat.config))))
+    return tuple(dict.fromkeys(p for s in specs for p in (s.file_prefix(cat.config), s.head_prefix(cat.config))))
 
 
 def _mtp_layout(file: str, raw: bool, family: str | None) -> str:

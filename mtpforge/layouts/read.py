@@ -61,7 +61,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
         declared = declared_mtp_layers(cat.config, family)
         what = (f"MTP_CONFIG_WITHOUT_WEIGHTS: config declares {declared} MTP layer(s) but no MTP weights are stored"
                 if declared else "MTP_HEAD_MISSING: the folder has no MTP head")
-        raise RefusedError(what, f"mtpforge add-mtp --source <original Hugging Face repo> --target {folder}",
+        raise RefusedError(what, spec.mlx_fix(f"<original Hugging Face repo, e.g. {spec.example_repo}>", str(folder)),
                            code="MTP_CONFIG_WITHOUT_WEIGHTS" if declared else "MTP_HEAD_MISSING")
     cat.refuse_invalid()
     tensors = read_entries(cat, loc.entries)
