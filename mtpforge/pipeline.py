@@ -171,7 +171,7 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     choice = resolve_write(options.runtime, options.layout, options.precision, family)
     layout = choice.layout
     out_path = Path(options.output).expanduser() if options.output else None
-    pl = placement(layout, family)
+    pl = placement(layout, family, target_config)
     if pl.separate_folder and out_path is None:
         out_path = target.parent / f"{target.name}-mtp-drafter"
         _check_drafter_dest(out_path, options.force)

@@ -14,10 +14,10 @@ from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
 from .families.spec import STACKED, FamilySpec, Role
-from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe, is_optional_key, shape_of
+from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
-from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement, runtime_module_path
+from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
 from .passes.experts import FUSED_OF, STACK_ROLES, expert_span, parse_expert_key
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
@@ -99,7 +99,7 @@ class Plan:
         out: dict[str, dict[str, Any]] = {}
         for m in self.modules:
             if m.q is not None and m.q != self.default_q:
-                out[runtime_module_path(m.bare, self.layout, self.family)] = m.q.as_config()
+                out[self.placement.module_path(m.bare)] = m.q.as_config()
         return out
 
     def peak_memory_estimate(self) -> int:
@@ -210,16 +210,15 @@ def validate_source_head(
         raise RefusedError(f"the source's MTP experts are already stacked ({STACKED}): it is not an original Hugging Face checkpoint",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
     weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
-    expected = expected_head(src_config, n_layers, fmt if fmt != "none" else None)
+    expected = expected_head(src_config, n_layers, fmt if fmt != "none" else None, present=weights)
     missing = sorted(set(expected) - set(weights))
     spec = family_spec(src_config)
-    extra = sorted(k for k in set(weights) - set(expected) if not is_optional_key(k, spec))
+    extra = sorted(set(weights) - set(expected))
     if missing or extra:
         what = f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}"
         raise RefusedError(f"the source's MTP head does not match its config ({what})",
                            "check that --source is the original Hugging Face checkpoint of this model")
-    optional = {k: shp for k in set(weights) - set(expected) if (shp := shape_of(k, src_config)) is not None}
-    for k, shp in {**expected, **optional}.items():
+    for k, shp in expected.items():
         if tuple(weights[k].shape) != shp:
             raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
                                "check that --source is the original Hugging Face checkpoint of this model")
@@ -313,7 +312,7 @@ def build_plan(
 
     modules = _plan_modules(family_spec(src_config), entries, dims(src_config)["E"], src_fmt, out_fmt,
                             lambda mod, shape: rule.predicate(mod, shape, ask), float_dtype)
-    pl = placement(layout, family)
+    pl = placement(layout, family, src_config)
     return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
 
 
@@ -363,7 +362,8 @@ def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any],
     backbone the folder would break (empty: none). Plain add-mtp is meant for every runtime that
     reads its layout."""
     meant = {reader} if reader is not None else \
-        {r.name for r in RUNTIMES.values() if plan.layout in r.layouts_for(plan.family) or not r.layouts}
+        {r.name for r in RUNTIMES.values()
+         if (plan.layout in r.layouts_for(plan.family) or not r.layouts) and plan.family not in r.no_mtp}
     pl = plan.placement
     placed = Placed(plan.layout, plan.expert_format, loads_in_mlx_lm_glob(pl.file) and not pl.separate_folder,
                     frozenset(target_config))

@@ -132,6 +132,13 @@ print(json.dumps({"mtp_enabled": bool(getattr(rt, "mtp_enabled", False)), "model
 """
 
 
+def _mtplx_drafts(folder: Path) -> dict:
+    r = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.xdist_group("conformance")
 def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(glm) -> None:
     """MTPLX 2.12.2's ``glm_mtp`` backend reads ``mtp.safetensors`` with the source's own
@@ -144,36 +151,68 @@ def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(
     shutil.copytree(glm["mlx"], folder)
     head = {k: mx.array(v) for k, v in _source_tensors(glm["src"]).items() if k.startswith(f"model.layers.{N}.")}
     mx.save_safetensors(str(folder / "mtp.safetensors"), head, metadata={"format": "mlx"})
-    r = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _mtplx_drafts(folder)
     assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
 
 
+@pytest.mark.xdist_group("conformance")
+@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"]], ids=["plain", "runtime-mtplx"])
+def test_mtplx_drafts_with_the_head_mtpforge_writes(glm, extra: list[str]) -> None:
+    """The judge for mtpforge's MLX output of this family: MTPLX's own ``glm_mtp`` backend loads
+    what plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (MTPLX's template:
+    the layer at the model's bits) write, drafts, and decodes exactly as its plain decode; inspect
+    finds nothing and verify's decode is identical too."""
+    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    folder = glm["root"] / f"ours-{'-'.join(extra) or 'plain'}"
+    shutil.copytree(glm["mlx"], folder)
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
+                        "--json", *extra], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (folder / "mtp.safetensors").is_file() and json.loads(r.stdout)["layout"] == "sidecar"
+    got = _mtplx_drafts(folder)
+    assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
+    rep = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", "mtplx"],
+                         capture_output=True, text=True, env=env)
+    assert rep.returncode == 0 and json.loads(rep.stdout)["findings"] == [], rep.stdout
+    v = subprocess.run([sys.executable, "-m", "mtpforge", "verify", str(folder), "--generate", "--json", "--max-tokens", "24"],
+                       capture_output=True, text=True, env=env)
+    assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
+
+
 def test_inspect_finds_the_head_mlx_lm_convert_dropped(glm) -> None:
-    """The converted folder declares a NextN layer and stores none: the finding, with a fix that
-    says where mtpforge writes this family's head today (llama.cpp's GGUF)."""
+    """The converted folder declares a NextN layer and stores none: the finding, with the
+    add-mtp command that fixes it (a GLM repo as the example source)."""
     r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(glm["mlx"]), "--json"], capture_output=True,
                        text=True, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
     rep = json.loads(r.stdout)
     (f,) = rep["findings"]
     assert r.returncode == 1 and rep["family"] == "glm4_moe" and f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS"
-    assert "llama.cpp GGUFs only" in f["fix"] and "docs/families/glm4_moe.md" in f["fix"]
+    assert f["fix"] == f"mtpforge add-mtp --source <original Hugging Face repo, e.g. zai-org/GLM-4.5-Air> --target {glm['mlx']}"
 
 
-@pytest.mark.parametrize("argv", [["add-mtp", "--source", "{src}", "--target", "{mlx}"],
-                                  ["verify", "{mlx}"], ["repair-norms", "{mlx}"]], ids=lambda a: a[0])
-def test_commands_that_would_write_an_mlx_glm_head_say_so_in_one_line(glm, argv) -> None:
-    """mtpforge writes this family's head for llama.cpp only: on an MLX folder every command
-    that would need the head says so in one line (exit 1 or 2) and touches nothing."""
+@pytest.mark.parametrize("runtime", ["vllm-mlx", "mlx-vlm", "exo"])
+def test_runtimes_that_do_not_draft_glm_say_so(glm, runtime: str) -> None:
+    """inspect --runtime on a GLM folder with its head: the runtime's own words for why it has no
+    MTP path for the family; add-mtp --runtime refuses where the runtime's layout is not one the
+    family has, in one line, and touches nothing."""
     from tests.test_hostile import error_lines, tree_state
 
-    args = [a.format(mlx=glm["mlx"], src=glm["src"]) for a in argv]
-    before = tree_state(glm["mlx"])
-    r = subprocess.run([sys.executable, "-m", "mtpforge", *args], capture_output=True, text=True,
-                       env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
-    lines = error_lines(r.stderr)
-    assert r.returncode in (1, 2) and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
-    assert "llama.cpp" in lines[0] or "MTP" in lines[0], lines[0]
-    assert tree_state(glm["mlx"]) == before
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    folder = glm["root"] / f"nodraft-{runtime}"
+    if not folder.exists():
+        shutil.copytree(glm["mlx"], folder)
+        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder)],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", runtime],
+                       capture_output=True, text=True, env=env)
+    codes = {f["code"]: f for f in json.loads(r.stdout)["findings"]}
+    assert "RUNTIME_NO_MTP" in codes and "GLM" in codes["RUNTIME_NO_MTP"]["message"], r.stdout
+    if runtime != "exo":  # exo reads the sidecar layout: it is written, with a note that exo will not draft it
+        before = tree_state(folder)
+        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
+                            "--runtime", runtime, "--force"], capture_output=True, text=True, env=env)
+        lines = error_lines(r.stderr)
+        assert r.returncode == 2 and len(lines) == 1 and "no MTP path for glm4_moe" in lines[0], r.stderr
+        assert tree_state(folder) == before

@@ -20,7 +20,7 @@ from ..checkpoint.store import LocalStore
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, MtpforgeError
 from ..families.detect import detect_family
-from ..families.spec import FamilySpec
+from ..families.spec import NORM_ROLES, FamilySpec
 from ..families.tables import family_spec, is_head_key, is_norm_key
 from ..findings import Finding, finding
 from ..layouts.detect import is_raw_hf, locate_head, read_entries
@@ -206,6 +206,8 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     """(convention, how it was decided, per-tensor verdicts, findings): the source's tensors,
     else mtpforge's manifest checked against the tensors' hashes, else the model card's source,
     else the head's behaviour, else the backbone."""
+    if not ctx.spec.norm_roles and any(ctx.spec.role_of(k) in NORM_ROLES for k in ctx.loc.entries):
+        return "raw", "family", {}, []  # no zero-centred norm in the family: raw is its only convention
     norm_entries = {k: v for k, v in ctx.loc.entries.items() if is_norm_key(k)}
     if not norm_entries:
         return "none", "none", {}, []
@@ -255,7 +257,8 @@ def check(ctx: InspectContext) -> list[Finding]:
         conv, how = "raw", "source layout"
     ctx.report["norm_convention"] = conv
     ctx.report["norm_convention_from"] = how
-    expected_conv = "raw" if ctx.raw else "shifted"
+    # a family without zero-centred norms stores them raw in every layout
+    expected_conv = "raw" if ctx.raw or not ctx.spec.norm_roles else "shifted"
     from .norm_sources import BEHAVIOUR_LAYOUTS
 
     repair = f"fix it in place: mtpforge repair-norms {ctx.target}; or " if ctx.loc.layout in BEHAVIOUR_LAYOUTS else ""

@@ -105,7 +105,11 @@ def _marker(ctx: InspectContext, name: str) -> Optional[Any]:
 def _named_runtime(ctx: InspectContext) -> list[Finding]:
     row = RUNTIMES[str(ctx.runtime)]
     fix = f"re-write the head for it: {ctx.add_fix} --runtime {row.name} --force"
-    out = [finding(p.code, p.message, fix, severity=ERROR) for p in predict(row, head_facts(ctx), _placed(ctx))]
+    drafts = sorted(r.name for r in RUNTIMES.values() if r.write is not None and ctx.family not in r.no_mtp
+                    and set(r.layouts_for(ctx.family)) & set(ctx.spec.layouts))
+    no_path = f"no head {row.name} loads exists for {ctx.family}: use a runtime that drafts it ({', '.join(drafts)})"
+    out = [finding(p.code, p.message, no_path if p.code == "RUNTIME_NO_MTP" else fix, severity=ERROR)
+           for p in predict(row, head_facts(ctx), _placed(ctx))]
     shifted = reshifted(row, ctx.family, ctx.norm_means, lambda n: _marker(ctx, n))
     if shifted and ctx.report["norm_convention"] not in ("raw", "none"):
         out.append(finding(

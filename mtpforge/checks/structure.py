@@ -4,7 +4,7 @@ MTP_UNEXPECTED_TENSORS)."""
 
 from __future__ import annotations
 
-from ..families.tables import expected_head, expert_format_of, is_moe, is_optional_key, mtp_layers_of
+from ..families.tables import expected_head, expert_format_of, is_moe, mtp_layers_of
 from ..findings import Finding, finding
 from .context import InspectContext
 
@@ -51,10 +51,10 @@ def check(ctx: InspectContext) -> list[Finding]:
     ctx.report["expert_format"] = fmt
     found_layers = mtp_layers_of(bare_keys, fam)
     n_layers = declared or (max(found_layers) + 1 if found_layers else 1)
-    ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None)
+    ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None, present=bare_keys)
     stored, wanted = set(weighted_modules(bare_keys)), set(modules(list(ctx.expected)))
     missing = sorted(wanted - stored)
-    unexpected = sorted(m for m in stored - wanted if not is_optional_key(m, fam))  # a copy a release may ship
+    unexpected = sorted(stored - wanted)
     if missing:
         out.append(finding(
             "MTP_MISSING_TENSORS", f"{len(missing)} MTP tensor(s) the config implies are missing (e.g. {missing[0]})",

@@ -68,7 +68,9 @@ class Backbone:
     dtype: mx.Dtype
 
     def make_cache(self) -> list[Any]:
-        return self.model.make_cache()
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return make_prompt_cache(self.model)
 
     def embed(self, tokens: list[int] | mx.array) -> mx.array:
         """Embeddings [1, L, H] of ``tokens`` (the backbone's table, shared with the head)."""

@@ -58,6 +58,10 @@ class MTPHead(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
 
+    def logits(self, z: mx.array, backbone: Any) -> mx.array:
+        """Logits of the head's normed output: through the backbone's lm_head."""
+        return backbone.lm_head(z)
+
     def __call__(
         self,
         hidden: mx.array,
@@ -79,7 +83,7 @@ class MTPHead(nn.Module):
         return self.norm(z)
 
 
-def quantize_like(head: MTPHead, quant: Mapping[str, Mapping[str, Any]]) -> None:
+def quantize_like(head: nn.Module, quant: Mapping[str, Mapping[str, Any]]) -> None:
     """Turn the head's Linear modules into the quantized modules the stored triplets need.
 
     ``quant`` maps bare module paths (``layers.0.self_attn.q_proj``) to
@@ -104,15 +108,30 @@ def build_head(
     quant: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     compute_dtype: mx.Dtype = mx.float32,
-) -> MTPHead:
+) -> nn.Module:
     """A head loaded from canonical tensors (bare keys, MLX norms, ``switch_mlp`` experts).
 
     Unquantized weights are cast to ``compute_dtype``: on the CPU build of MLX bf16 matmuls are
     slow and unquantized expert stacks (``gather_mm``) run only in float32 (docs/SPEC.md §4). Quantized
     triplets keep their stored form. Loading is strict: a missing or extra tensor is an error.
     """
-    n_layers = 1 + max(mtp_layers_of(tensors, family), default=0)
-    head = MTPHead(family, args, n_layers)
+    from ..families import FAMILIES
+    from ..families.spec import Role
+
+    spec = FAMILIES[family]
+    head: nn.Module
+    if spec.is_nextn:
+        from .nextn import nextn_head
+
+        # the head drafts with the trunk's embedding (as MTPLX does); a release's copy is not loaded
+        def role(key: str) -> Role | None:  # of a weight and of its quantization triplet alike
+            return spec.role_of(key.rsplit(".", 1)[0])
+
+        tensors = {k: v for k, v in tensors.items() if role(k) != Role.EMBED_TOKENS}
+        own = any(role(k) == Role.SHARED_HEAD for k in tensors)
+        head = nextn_head(spec.head_layer(), args, own)
+    else:
+        head = MTPHead(family, args, 1 + max(mtp_layers_of(tensors, family), default=0))
     quantize_like(head, quant or {})
     weights = []
     for k, v in tensors.items():

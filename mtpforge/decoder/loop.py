@@ -93,7 +93,7 @@ class HeadDrafter:
         for j in range(k):
             if j:
                 z = head(z, bb.embed(drafts[-1]), cache=self.cache)
-            d, q = chooser.draft(bb.lm_head(z)[0, -1])
+            d, q = chooser.draft(head.logits(z, bb)[0, -1])
             drafts.append(d)
             qs.append(q)
         trim(self.cache, k - 1)
@@ -147,6 +147,6 @@ def draft_once(bb: Backbone, head: MTPHead, prompt: list[int], hidden: str = "po
     logits, hid = bb(prompt, cache, hidden)
     tok = int(mx.argmax(logits[0, -1]).item())
     z = head(hid, bb.embed(prompt[1:] + [tok]), cache=head.make_cache())
-    draft_logits = bb.lm_head(z[:, -1:])[0, -1]
+    draft_logits = head.logits(z[:, -1:], bb)[0, -1]
     mx.eval(draft_logits)
     return int(mx.argmax(draft_logits).item()), draft_logits

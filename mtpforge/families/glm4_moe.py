@@ -95,13 +95,13 @@ GLM4_MOE = FamilySpec(
     head_index_key="num_hidden_layers",
     # MTPLX's glm_mtp reads the sidecar in the source's own names
     head_file_prefix="model.layers.{N}.",
-    mlx_head_prefixes=(),
+    mlx_head_prefixes=("model.layers.{N}.",),
     count_keys=("num_nextn_predict_layers",),
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=False,
     nested_text_config=False,
-    # no MLX layout yet: the GGUF output formats only (docs/families/glm4_moe.md)
-    layouts=(),
+    # the sidecar in the form MTPLX's glm_mtp backend loads (docs/families/glm4_moe.md)
+    layouts=("sidecar",),
     mlx_lm_classes=_classes,
     lm_module_path=(),
     head_layer=_decoder_layer,

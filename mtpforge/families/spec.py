@@ -153,6 +153,11 @@ class FamilySpec:
     #: mlx-lm tells a checkpoint to sanitize); None: the family has no such marker
     is_raw_tensor: Callable[[str, tuple[int, ...]], bool] | None = None
 
+    @property
+    def is_nextn(self) -> bool:
+        """The head is a NextN layer appended after the backbone's (its prefix names the index)."""
+        return self.head_index_key is not None
+
     def mlx_fix(self, source: str, target: str) -> str:
         """The fix for an MLX folder of this family that lacks its head: the add-mtp command,
         or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
@@ -204,13 +209,14 @@ class FamilySpec:
 
     def head_prefix(self, config: Any = None) -> str:
         """The raw checkpoint's head prefix, ``{N}`` filled from ``config`` (``head_index_key``)."""
-        return self._filled(self.hf_head_prefix, config)
+        return self.fill(self.hf_head_prefix, config)
 
     def file_prefix(self, config: Any = None) -> str:
         """The head-only file's prefix, ``{N}`` filled as in :meth:`head_prefix`."""
-        return self._filled(self.head_file_prefix, config)
+        return self.fill(self.head_file_prefix, config)
 
-    def _filled(self, template: str, config: Any) -> str:
+    def fill(self, template: str, config: Any) -> str:
+        """``template`` with ``{N}`` (the NextN layer's index) from the config's ``head_index_key``."""
         if self.head_index_key is None:
             return template
         if config is None:
@@ -222,7 +228,8 @@ class FamilySpec:
     def head_prefixes(self, config: Any = None) -> tuple[str, ...]:
         """Every prefix a head key of this family carries: the MLX spellings, the head-only
         file's, then the raw one."""
-        return tuple(dict.fromkeys((*self.mlx_head_prefixes, self.file_prefix(config), self.head_prefix(config))))
+        mlx = (self.fill(p, config) for p in self.mlx_head_prefixes)
+        return tuple(dict.fromkeys((*mlx, self.file_prefix(config), self.head_prefix(config))))
 
     def strip_prefix(self, key: str, config: Any = None) -> str | None:
         """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""

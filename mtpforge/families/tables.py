@@ -118,40 +118,31 @@ def declared_mtp_layers(config: Mapping[str, Any], family: "str | FamilySpec | N
     return 0
 
 
-def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str | None = None) -> dict[str, tuple[int, ...]]:
-    """Bare head keys -> unquantized shapes, for ``n_layers`` MTP layers (optional rows left
-    out: a head is complete without them).
+def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str | None = None,
+                  present: Iterable[str] = ()) -> dict[str, tuple[int, ...]]:
+    """Bare head keys -> unquantized shapes, for ``n_layers`` MTP layers. Optional rows (a copy
+    a release may leave out) are expected only where ``present`` (the keys a head holds) has
+    them: a head is complete without them, and of the right shape with them.
 
     ``expert_format`` is one of the family's expert formats for MoE configs (default: the
     stacked one) and ignored for dense ones.
     """
     dm = dims(config)
     spec = family_spec(config)
+    have = {k[: -len(".scales")] + ".weight" if k.endswith(".scales") else k for k in present}
     per_layer: tuple[Row, ...] = spec.layer_rows + spec.mlp_rows
     expert_rows = spec.expert_rows[expert_format or STACKED] if spec.moe else ()
-    out: dict[str, tuple[int, ...]] = {r.key: tuple(dm[s] for s in r.shape) for r in spec.head_rows
-                                       if not r.optional and row_exists(r, config)}
+    out: dict[str, tuple[int, ...]] = {}
     for i in range(n_layers):
-        for r in (*per_layer, *expert_rows):
-            if r.optional or not row_exists(r, config):
+        for r in (*(spec.head_rows if i == 0 else ()), *per_layer, *expert_rows):
+            if not row_exists(r, config):
                 continue
             shape = tuple(dm[s] for s in r.shape)
             for e in range(dm["E"] if "{e}" in r.key else 1):
-                out[r.key.format(i=i, e=e)] = shape
+                key = r.key.format(i=i, e=e)
+                if not r.optional or key in have:
+                    out[key] = shape
     return out
-
-
-def shape_of(bare: str, config: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """The unquantized shape the config implies for a bare head key its family spells (optional
-    rows included), None for a key no row spells."""
-    hit = family_spec(config).match(bare)
-    return None if hit is None else tuple(dims(config)[s] for s in hit[0].shape)
-
-
-def is_optional_key(bare: str, family: "str | FamilySpec") -> bool:
-    """A tensor the family's releases may leave out (``Row.optional``)."""
-    hit = spec_named(family).match(bare)
-    return hit is not None and hit[0].optional
 
 
 def is_norm_key(bare: str, family: "str | FamilySpec | None" = None) -> bool:

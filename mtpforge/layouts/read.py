@@ -71,7 +71,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
         notes.append("raw Hugging Face head: norms shifted on load")
     fmt = expert_format_of(tensors, cat.config) if is_moe(cat.config) else "none"
     n_layers = declared_mtp_layers(cat.config, family) or 1
-    expected = expected_head(cat.config, n_layers, STACKED if fmt != "none" else None)
+    expected = expected_head(cat.config, n_layers, STACKED if fmt != "none" else None, present=tensors)
     if fmt not in ("none", STACKED):
         tensors = to_switch_mlp(tensors, spec)
     _check_fits(folder, tensors, expected)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from ..families import FAMILIES
 from . import embedded, mlx_vlm_drafter, sidecar, vllm_mlx
 from .embedded import EMBEDDED_FILE
@@ -18,11 +21,16 @@ LAYOUT_NAMES = tuple(LAYOUTS)
 assert LAYOUT_NAMES == tuple(n.value for n in LayoutName)
 
 
-def placement(layout: str, family: str) -> Placement:
-    """The file and key spelling of ``layout`` for ``family``."""
+def placement(layout: str, family: str, config: Any = None) -> Placement:
+    """The file and key spelling of ``layout`` for ``family``; a NextN family's prefixes carry
+    the layer index, filled from ``config``."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}")
-    return LAYOUTS[layout].place(FAMILIES[family])
+    spec = FAMILIES[family]
+    pl = LAYOUTS[layout].place(spec)
+    if spec.head_index_key is None:
+        return pl
+    return replace(pl, prefix=spec.fill(pl.prefix, config), module_prefix=spec.fill(pl.module_prefix, config))
 
 
 def runtime_module_path(bare_module: str, layout: str, family: str) -> str:
