@@ -319,11 +319,12 @@ def build_plan(
 def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_fmt: str, out_fmt: str,
                   predicate: Any, float_dtype: str) -> list[OutModule]:
     """Every output module: a stack per MTP layer and expert role when the experts are stacked,
-    else one per source tensor; norms carry the family's offset."""
+    else one per source tensor; norms carry the family's offset. Tensors no MLX runtime reads
+    (``FamilySpec.unread_in_mlx``) are neither fetched nor written."""
     modules: list[OutModule] = []
     done_stacks: set[int] = set()
     for bare in sorted(entries):
-        if bare.endswith("_scale_inv"):
+        if bare.endswith("_scale_inv") or spec.role_of(bare) in spec.unread_in_mlx:
             continue
         info = entries[bare]
         parsed = parse_expert_key(bare, spec)

@@ -216,3 +216,27 @@ def test_runtimes_that_do_not_draft_glm_say_so(glm, runtime: str) -> None:
         lines = error_lines(r.stderr)
         assert r.returncode == 2 and len(lines) == 1 and "no MTP path for glm4_moe" in lines[0], r.stderr
         assert tree_state(folder) == before
+
+
+def test_add_mtp_from_the_hub_fetches_only_the_tensors_the_mlx_head_is_made_of(glm, hub, tmp_path: Path) -> None:
+    """From the (loopback) Hub, only the NextN tensors the sidecar is made of come over the
+    wire: ≤ 1.01 × their bytes, the release's ``embed_tokens`` copy (which no MLX runtime reads)
+    not among them; the folder written equals the one from the local source."""
+    from safetensors import safe_open
+
+    repo, _ = hub.publish(glm["src"])
+    src = _source_tensors(glm["src"])
+    p = f"model.layers.{N}."
+    head = sum(v.nbytes for k, v in src.items() if k.startswith(p) and not k.endswith("embed_tokens.weight"))
+    folder, local = tmp_path / "hub", tmp_path / "local"
+    shutil.copytree(glm["mlx"], folder)
+    shutil.copytree(glm["mlx"], local)
+    hub.server.clear_log()
+    r = hub.run("add-mtp", "--source", repo, "--target", str(folder))
+    assert r.code == 0, r.stderr
+    assert 0 < hub.tensor_bytes(repo) <= 1.01 * head and r.json["fetched_bytes"] == hub.tensor_bytes(repo)
+    keys = set(safe_open(str(folder / "mtp.safetensors"), "np").keys())
+    assert f"{p}eh_proj.weight" in keys and f"{p}shared_head.head.weight" in keys and f"{p}embed_tokens.weight" not in keys
+    subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(local)],
+                   check=True, capture_output=True)
+    assert (folder / "mtp.safetensors").read_bytes() == (local / "mtp.safetensors").read_bytes()

@@ -108,6 +108,7 @@ GLM4_MOE = FamilySpec(
     dim_keys=DIM_KEYS,
     gguf_arch="glm4moe",
     example_repo="zai-org/GLM-4.5-Air",
+    unread_in_mlx=frozenset({Role.EMBED_TOKENS}),
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=is_raw_tensor,
 )

@@ -142,6 +142,9 @@ class FamilySpec:
     dim_keys: Mapping[str, "str | tuple[str, ...]"] = field(default_factory=dict)
     #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
     head_index_key: str | None = None
+    #: head tensors no MLX runtime reads, left out of MLX folders (GLM's ``embed_tokens`` copy:
+    #: MTPLX drafts with the trunk's embedding; llama.cpp reads the copy, so GGUF keeps it)
+    unread_in_mlx: frozenset[Role] = frozenset()
     #: a released checkpoint of the family that ships the head (what a fix's ``--source`` names)
     example_repo: str = "Qwen/Qwen3.5-27B"
     #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
