@@ -181,14 +181,14 @@ def mtplx_loads(head: HeadFacts) -> Optional[str]:
 
 def mtplx_glm_loads(head: HeadFacts) -> Optional[str]:
     quant = _quantized(head)
-    routers = sorted(m for m in quant if is_router(m, head.family))
-    if routers:
-        return (f"MTPLX builds the GLM router {routers[0]} as a plain gate it never quantizes: "
-                "\"Received parameters not in model\" (scales, biases)")
     off = _off_default(head)
-    if off:
+    if off:  # measured: the error MTPLX raises at the first draft
         return (f"MTPLX's glm_mtp quantizes every module stored with scales at config.json's bits and reads no "
-                f"per-path entry, and {off[0]} is not at them: \"[dequantize] Shape of scales and biases does not match\"")
+                f"per-path entry, and {off[0]} is not at them: \"[quantized_matmul] The shapes of the weight and "
+                "scales are incompatible\"")
+    routers = sorted(m for m in quant if is_router(m, head.family))
+    if routers:  # read in its code: the gate is not a Linear, so nothing turns it into a quantized module
+        return f"MTPLX builds the GLM router {routers[0]} as a plain gate it cannot quantize, so its scales have no place"
     return None
 
 
