@@ -156,7 +156,8 @@ def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"]], ids=["plain", "runtime-mtplx"])
+@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"], ["--runtime", "mtplx", "--precision", "8"]],
+                         ids=["plain", "runtime-mtplx", "runtime-mtplx-8bit"])
 def test_mtplx_drafts_with_the_head_mtpforge_writes(glm, extra: list[str]) -> None:
     """The judge for mtpforge's MLX output of this family: MTPLX's own ``glm_mtp`` backend loads
     what plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (MTPLX's template:
@@ -178,6 +179,26 @@ def test_mtplx_drafts_with_the_head_mtpforge_writes(glm, extra: list[str]) -> No
     v = subprocess.run([sys.executable, "-m", "mtpforge", "verify", str(folder), "--generate", "--json", "--max-tokens", "24"],
                        capture_output=True, text=True, env=env)
     assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
+
+
+@pytest.mark.xdist_group("conformance")
+def test_inspect_predicts_what_mtplx_does_with_a_head_off_the_models_bits(glm) -> None:
+    """``--layout sidecar --precision 8`` (the layout's own rule: 8-bit head and routers in a
+    4-bit model, per-path entries) is a head MTPLX's glm_mtp cannot load — it reads no per-path
+    entry — and inspect --runtime mtplx says so before anyone tries."""
+    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    folder = glm["root"] / "mtplx-8bit-sidecar"
+    shutil.copytree(glm["mlx"], folder)
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
+                        "--layout", "sidecar", "--precision", "8"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", "mtplx"],
+                                    capture_output=True, text=True, env=env).stdout)
+    assert [f["code"] for f in rep["findings"]] == ["RUNTIME_QUANT_UNSUPPORTED"], rep["findings"]
+    p = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0 or not json.loads(p.stdout.strip().splitlines()[-1])["mtp_enabled"], p.stdout
 
 
 def test_inspect_finds_the_head_mlx_lm_convert_dropped(glm) -> None:

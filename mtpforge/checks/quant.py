@@ -14,7 +14,7 @@ from .structure import modules
 
 def _mismatch(ctx: InspectContext, m: str, prec: dict[str, Any]) -> str | None:
     """Why module ``m``'s stored precision is not what the loader builds, else None."""
-    rpath = runtime_module_path(m, ctx.loc.layout, ctx.family)
+    rpath = runtime_module_path(m, ctx.loc.layout, ctx.family, ctx.cat.config)
     exp_q = expected_precision(ctx.cat.config, rpath, f"{m}.scales" in ctx.loc.entries)
     if prec.get("quantized"):
         if exp_q is None or exp_q.get("bits") != prec.get("bits") or exp_q.get("group_size") != prec.get("group_size"):

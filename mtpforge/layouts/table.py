@@ -33,14 +33,15 @@ def placement(layout: str, family: str, config: Any = None) -> Placement:
     return replace(pl, prefix=spec.fill(pl.prefix, config), module_prefix=spec.fill(pl.module_prefix, config))
 
 
-def runtime_module_path(bare_module: str, layout: str, family: str) -> str:
+def runtime_module_path(bare_module: str, layout: str, family: str, config: Any = None) -> str:
     """The module path the layout's runtime builds for a head module: its per-path
     quantization key. A head found where no layout of its family puts it keeps the family's
     own prefix."""
     try:
-        return placement(layout, family).module_path(bare_module)
+        return placement(layout, family, config).module_path(bare_module)
     except (ValueError, KeyError):
-        return FAMILIES[family].mlx_head_prefixes[0] + bare_module
+        spec = FAMILIES[family]
+        return spec.fill(spec.mlx_head_prefixes[0], config) + bare_module
 
 
 def loads_in_mlx_lm_glob(rel: str) -> bool:

@@ -11,8 +11,9 @@ cannot be installed here.
 from __future__ import annotations
 
 from .norms import below_half, mtplx_two_signal
-from .quant import (default_quant, every_linear_but_fc_quant, mtplx_template_quant, mtplx_loads, one_precision_loads,
-                    one_precision_quant, vllm_next_loads, vllm_next_quant, whole_head_loads, whole_head_quant)
+from .quant import (default_quant, every_linear_but_fc_quant, mtplx_glm_loads, mtplx_glm_quant, mtplx_loads,
+                    mtplx_template_quant, one_precision_loads, one_precision_quant, vllm_next_loads, vllm_next_quant,
+                    whole_head_loads, whole_head_quant)
 from .spec import OutputFormat, QuantRule, RuntimeSpec, WriteRule
 
 DEFAULT = QuantRule(default_quant)
@@ -74,9 +75,10 @@ MLX_LM_MTP = RuntimeSpec(
     version_checked="mlx-lm #990 (PR head, Aug 2026): docs/SPEC.md §5.1, not installable here",
 )
 MTPLX = RuntimeSpec(
-    "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant)),
+    "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant),
+                                quant_by_family={"glm4_moe": QuantRule(mtplx_glm_quant)}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
-    quant_check={None: mtplx_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
+    quant_check={None: mtplx_loads, "glm4_moe": mtplx_glm_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
