@@ -53,6 +53,15 @@ def _shift_head_norms(name: str, a: np.ndarray) -> np.ndarray | None:
     return a + 1 if block_of(name) == N and name.endswith("norm.weight") else None
 
 
+def _swap_concat_halves(name: str, a: np.ndarray) -> np.ndarray | None:
+    """``eh_proj`` reading ``[hnorm(h), enorm(e)]``: the other concat order (MTPLX accepts only
+    ``embedding_hidden``; llama.cpp concatenates ``e_norm`` first)."""
+    if not name.endswith("nextn.eh_proj.weight"):
+        return None
+    h = a.shape[1] // 2
+    return np.concatenate([a[:, h:], a[:, :h]], axis=1)
+
+
 def _shifted_beside(ours: Path, trunk: Path, folder: Path) -> tuple[Path, Path]:
     """(trunk copy, shifted MTP file under our file's name) in ``folder``, so llama.cpp's and
     inspect's sibling discovery find it as they find ours."""
@@ -119,6 +128,18 @@ def test_norms_shifted_as_if_qwens_draft_clearly_worse(runs, qtype: str) -> None
     r = runs[qtype]
     assert r["shifted"]["tokens"] == r["plain"]["tokens"]
     assert r["shifted"]["acceptance"] <= r["ours_f32"]["acceptance"] - SHIFT_DROP, (r["shifted"], r["ours_f32"])
+
+
+def test_the_concat_order_matters(runs, tmp_path: Path) -> None:
+    """Our f32 file with eh_proj's halves swapped drafts next to nothing: acceptance here
+    checks the order llama.cpp feeds, not only that a head is present."""
+    from tests.test_gguf import _rewrite
+
+    trunk = runs["f32"]["paths"]["trunk"]
+    ours = next(trunk.parent.glob("mtp-*.gguf"))
+    swapped = _rewrite(ours, tmp_path / ours.name, edit=_swap_concat_halves)
+    m = gguf_env.measure(trunk, draft=swapped)
+    assert m["drafted"] > 300 and m["acceptance"] <= 0.2, m["acceptance"]
 
 
 def test_inspect_reports_the_shifted_head_and_not_ours(runs) -> None:
