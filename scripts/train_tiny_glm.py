@@ -4,7 +4,7 @@ tests/data/tiny-glm4_moe-trained/. A thin shell over ``tests.support.synth.train
 
 The sibling of scripts/train_tiny.py (the Qwen3.5 bundles): the GLM model is a test fixture
 only, so it lives under tests/data, not in the package. Seeded: same seed, same BLAS and thread
-count, the same weights. About 8 minutes on a 2-core CPU (the committed folder was made as
+count, the same weights (a second run here wrote byte-identical shards). About 8 minutes on a 2-core CPU (the committed folder was made as
 ``python scripts/train_tiny_glm.py``, mlx's own CPU BLAS, Linux x86-64).
 """
 
