@@ -1,0 +1,309 @@
+"""Train the tiny GLM-4.5-style model (``glm4_moe``) and its NextN head, so that llama.cpp's
+acceptance with a head mtpforge wrote means something (random weights accept ~0%).
+
+The trunk is mlx-lm's own ``glm4_moe.Model`` at the shapes of ``synth.glm4_moe`` (a dense first
+layer, a MoE layer), trained as a language model on the synthetic corpus, in float32 (the CPU
+build runs unquantized expert stacks only in float32). The NextN layer is then trained, trunk
+frozen, exactly as llama.cpp's GLM4_MOE MTP graph (``src/models/glm4-moe.cpp``, ``graph_mtp``)
+runs it:
+
+    h_t   = the trunk's hidden state after ``output_norm`` (llama.cpp's ``t_h_nextn``)
+    x     = eh_proj(concat([enorm(embed_tokens(x[t+1])), hnorm(h_t)]))
+    x     = DecoderLayer(x)                    # mlx-lm's glm4_moe.DecoderLayer, the MoE kind
+    logit = shared_head.head(shared_head.norm(x))   # drafts x[t+2]
+
+``embed_tokens`` and ``shared_head.head`` are GLM-4.5's own copies of the trunk's embedding and
+``lm_head`` (frozen, written beside the head as the release does). GLM's norms are raw: the
+weight multiplies as stored, so the head is exported without any shift.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten
+
+from .glm4_moe import _glm_tokenizer, _trunk_shapes, nextn_shapes, tiny_glm4_moe_config
+from .train import _fit, _schedule, batches, encode_stream, heldout_prompts, train_backbone, training_corpus
+from .write import write_hf_checkpoint
+
+FOLDER = "tiny-glm4_moe-trained"
+
+
+@dataclass
+class GlmTrainSettings:
+    """Everything that decides the trained weights (recorded in training.json)."""
+
+    seed: int = 0
+    corpus_docs: int = 12000
+    heldout_docs: int = 200
+    seq_len: int = 128
+    batch_size: int = 16
+    backbone_steps: int = 600
+    backbone_lr: float = 3e-3
+    head_steps: int = 400
+    head_lr: float = 3e-3
+    distill_weight: float = 1.0
+    ce_weight: float = 0.25
+    weight_decay: float = 0.01
+    #: initial gain of the head's post_attention_layernorm: its SwiGLU then works in the
+    #: nonlinear regime of released heads (see train.py, same setting for Qwen)
+    head_mlp_gain: float = 4.0
+    #: log-normal spread of the head's initial norm weights. Released norms are far from
+    #: uniform; near all-ones a +1 shift is close to a uniform x2 that the next RMSNorm partly
+    #: absorbs, which blunts the negative test (a Qwen-minded +1 written into GLM's raw norms).
+    #: Measured at 50 + 50 steps in llama-server: the shift cost 6.4 points from all-ones
+    #: norms (gain 1), 8.1 from this start.
+    head_norm_spread: float = 0.7
+
+
+@dataclass
+class GlmTrainResult:
+    model: nn.Module
+    head: "NextN"
+    config: dict[str, Any]
+    settings: GlmTrainSettings
+    backbone_seconds: float = 0.0
+    head_seconds: float = 0.0
+    backbone_losses: list[tuple[int, float]] = field(default_factory=list)
+    head_losses: list[tuple[int, float]] = field(default_factory=list)
+
+
+class NextN(nn.Module):
+    """GLM's NextN layer as llama.cpp's ``graph_mtp`` computes it, up to ``shared_head.norm``
+    (the vocabulary projection is the frozen ``shared_head.head``, the trunk's lm_head copy)."""
+
+    def __init__(self, args: Any) -> None:
+        super().__init__()
+        from mlx_lm.models import glm4_moe
+
+        h, eps = args.hidden_size, args.rms_norm_eps
+        self.enorm = nn.RMSNorm(h, eps=eps)
+        self.hnorm = nn.RMSNorm(h, eps=eps)
+        self.eh_proj = nn.Linear(2 * h, h, bias=False)
+        self.layer = glm4_moe.DecoderLayer(args, args.num_hidden_layers)  # index N >= first_k_dense: MoE
+        self.shared_head_norm = nn.RMSNorm(h, eps=eps)
+
+    def __call__(self, hidden: mx.array, next_embed: mx.array) -> mx.array:
+        """``hidden[t]`` (post-norm trunk state) and ``next_embed[t]`` (embedding of x[t+1]) ->
+        the normed state whose projection drafts x[t+2]; causal over the sequence."""
+        from mlx_lm.models.base import create_attention_mask
+
+        x = self.eh_proj(mx.concatenate([self.enorm(next_embed), self.hnorm(hidden)], axis=-1))
+        x = self.layer(x, create_attention_mask(x, None))
+        return self.shared_head_norm(x)
+
+
+# --- model --------------------------------------------------------------------------------
+
+
+def build_trunk(config: dict[str, Any]) -> nn.Module:
+    """mlx-lm's own glm4_moe model for the config, float32."""
+    from mlx_lm.models import glm4_moe
+
+    return glm4_moe.Model(glm4_moe.ModelArgs.from_dict(config))
+
+
+def trunk_hidden(model: nn.Module, tokens: mx.array) -> mx.array:
+    """The trunk's final hidden state after its norm: what llama.cpp hands the NextN layer."""
+    return model.model(tokens)
+
+
+def init_head(model: nn.Module, settings: GlmTrainSettings) -> NextN:
+    """A fresh NextN layer with spread norm weights (seeded; see ``head_norm_spread``)."""
+    head = NextN(model.args)
+    rng = np.random.default_rng(settings.seed + 3)
+    norms = [head.enorm, head.hnorm, head.layer.input_layernorm, head.layer.post_attention_layernorm,
+             head.shared_head_norm]
+    for norm in norms:
+        gain = settings.head_mlp_gain if norm is head.layer.post_attention_layernorm else 1.0
+        w = gain * np.exp(settings.head_norm_spread * rng.standard_normal(norm.weight.shape))
+        norm.weight = mx.array(w.astype(np.float32))
+    return head
+
+
+# --- training -----------------------------------------------------------------------------
+
+
+def head_loss(model: nn.Module, head: NextN, batch: mx.array, settings: GlmTrainSettings) -> mx.array:
+    """Drafting x[t+2] from (h[t], x[t+1]): distillation on the frozen trunk's own t+2
+    distribution (its logits at t+1) plus a little cross-entropy on the data."""
+    post = mx.stop_gradient(trunk_hidden(model, batch))
+    teacher = mx.stop_gradient(model.lm_head(post[:, 1:]))
+    e = mx.stop_gradient(model.model.embed_tokens(batch[:, 1:]))
+    logits = model.lm_head(head(post[:, :-1], e))
+    logp = nn.log_softmax(logits, axis=-1)
+    distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
+    ce = nn.losses.cross_entropy(logits[:, :-1], batch[:, 2:], reduction="mean")
+    return settings.distill_weight * distill + settings.ce_weight * ce
+
+
+def train_head(model: nn.Module, head: NextN, stream: np.ndarray, settings: GlmTrainSettings,
+               log: Callable[[str], None] | None = None) -> tuple[list[tuple[int, float]], float]:
+    """Train ``head`` with the trunk frozen."""
+    model.eval()
+    model.freeze()
+    head.train()
+    opt = optim.AdamW(learning_rate=_schedule(settings.head_lr, settings.head_steps), weight_decay=settings.weight_decay)
+    fn = nn.value_and_grad(head, lambda hd, b: head_loss(model, hd, b, settings))
+    out = _fit(head, opt, lambda step, batch: fn(head, batch), batches(stream, settings, settings.seed + 2),
+               settings.head_steps, "head", log)
+    head.eval()
+    model.unfreeze()
+    return out
+
+
+def train(tokenizer: Any, settings: GlmTrainSettings, log: Callable[[str], None] | None = None) -> GlmTrainResult:
+    """Trunk, then NextN head; deterministic for a given seed (same BLAS, same thread count)."""
+    config = tiny_glm4_moe_config(tokenizer.get_vocab_size())
+    mx.random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    stream = encode_stream(tokenizer, training_corpus(settings))
+    if log:
+        log(f"glm4_moe: {len(stream)} training tokens, vocab {tokenizer.get_vocab_size()}")
+    model = build_trunk(config)
+    b_losses, b_sec = train_backbone(model, stream, settings, log)
+    head = init_head(model, settings)
+    h_losses, h_sec = train_head(model, head, stream, settings, log)
+    return GlmTrainResult(model, head, config, settings, b_sec, h_sec, b_losses, h_losses)
+
+
+# --- measurement --------------------------------------------------------------------------
+
+
+def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
+    """Plain greedy continuation with mlx-lm's cache (no stop token: the corpus never ends)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    logits = model(mx.array([list(prompt)]), cache=cache)
+    out: list[int] = []
+    for _ in range(n_new):
+        tok = int(mx.argmax(logits[0, -1]).item())
+        out.append(tok)
+        logits = model(mx.array([[tok]]), cache=cache)
+    return out
+
+
+def draft_acceptance(model: nn.Module, head: NextN, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
+    """Depth-1 greedy acceptance along the greedy path (a draft of x[t+2] from h[t], x[t+1] is
+    accepted iff it equals the greedy token): what llama-server's draft counters measure."""
+    drafted = accepted = 0
+    for prompt in prompts:
+        seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
+        post = trunk_hidden(model, seq)
+        drafts = mx.argmax(model.lm_head(head(post[:, :-1], model.model.embed_tokens(seq[:, 1:]))), axis=-1)[0]
+        p = len(prompt)
+        d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
+        drafted += len(want)
+        accepted += int((d == want).sum())
+    return {"drafted": drafted, "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4)}
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+def unstack_experts(params: dict[str, mx.array]) -> dict[str, mx.array]:
+    """mlx-lm's stacked ``switch_mlp.{proj}`` [E, ...] -> the release's per-expert
+    ``experts.{e}.{proj}`` (the inverse of glm4_moe.sanitize)."""
+    out: dict[str, mx.array] = {}
+    for k, v in params.items():
+        if ".switch_mlp." in k:
+            pre, proj = k.split(".switch_mlp.")
+            out.update({f"{pre}.experts.{e}.{proj}": v[e] for e in range(v.shape[0])})
+        else:
+            out[k] = v
+    return out
+
+
+def hf_tensors(model: nn.Module, head: NextN, config: dict[str, Any]) -> dict[str, mx.array]:
+    """The release layout: trunk under ``model.``/``lm_head``, the NextN layer under
+    ``model.layers.{N}.`` with GLM-4.5's own head and embedding copies; norms raw; float32.
+    Checked against ``synth.glm4_moe``'s table of names and shapes."""
+    n = config["num_hidden_layers"]
+    trunk = unstack_experts(dict(tree_flatten(model.parameters())))
+    p = f"model.layers.{n}."
+    hp = dict(tree_flatten(head.parameters()))
+    nextn = {p + k[len("layer."):]: v for k, v in unstack_experts(hp).items() if k.startswith("layer.")}
+    nextn.update({p + "eh_proj.weight": hp["eh_proj.weight"], p + "enorm.weight": hp["enorm.weight"],
+                  p + "hnorm.weight": hp["hnorm.weight"], p + "shared_head.norm.weight": hp["shared_head_norm.weight"],
+                  p + "shared_head.head.weight": trunk["lm_head.weight"],
+                  p + "embed_tokens.weight": trunk["model.embed_tokens.weight"]})
+    tensors = {**trunk, **nextn}
+    shapes = _trunk_shapes(config)
+    want = {**shapes, **nextn_shapes(config, shapes, True)}
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    if got != want:
+        raise ValueError(f"export does not match the release layout: {sorted(set(got) ^ set(want))[:6]}")
+    out = {k: v.astype(mx.float32) for k, v in tensors.items()}
+    mx.eval(out)
+    return out
+
+
+def build_trained(out_root: str | Path, settings: GlmTrainSettings,
+                  log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Train and write ``out_root/tiny-glm4_moe-trained``; returns the training record."""
+    from tokenizers import Tokenizer
+
+    folder = Path(out_root) / FOLDER
+    with tempfile.TemporaryDirectory(prefix="mtpforge-glm-tok-") as tokdir:
+        _glm_tokenizer(Path(tokdir))
+        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
+        result = train(tok, settings, log)
+        prompts = heldout_prompts(tok, settings)
+        acc = draft_acceptance(result.model, result.head, prompts)
+        if log:
+            log(f"glm4_moe: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
+        tensors = hf_tensors(result.model, result.head, result.config)
+        write_hf_checkpoint(folder, result.config, tensors, n_shards=2, tokenizer_dir=tokdir)
+    record = {
+        "model": FOLDER, "architecture": "glm4_moe", "seed": settings.seed, "settings": asdict(settings),
+        "parameters": {k: int(sum(v.size for _, v in tree_flatten(m.parameters())))
+                       for k, m in (("trunk", result.model), ("nextn", result.head))},
+        "trunk": {"steps": settings.backbone_steps, "seconds": round(result.backbone_seconds, 1),
+                  "loss": result.backbone_losses},
+        "nextn": {"steps": settings.head_steps, "seconds": round(result.head_seconds, 1), "loss": result.head_losses,
+                  "hidden": "post-norm (llama.cpp's t_h_nextn)",
+                  "objective": f"{settings.distill_weight} x distillation on the trunk's t+2 distribution + "
+                               f"{settings.ce_weight} x cross-entropy on x[t+2]"},
+        "acceptance_float32_mlx": {"how": f"greedy, depth 1, {len(prompts)} held-out prompts x 48 new tokens", **acc},
+        "machine": {"platform": platform.platform(), "mlx": mx.__version__},
+    }
+    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (folder / "README.md").write_text(model_card(record), encoding="utf-8")
+    if log:
+        log(f"glm4_moe: exported to {folder} ({sum(p.stat().st_size for p in folder.iterdir())} bytes)")
+    return record
+
+
+def model_card(record: dict[str, Any]) -> str:
+    """A short README.md: what this is, how it was made, what it measured."""
+    s, a = record["settings"], record["acceptance_float32_mlx"]
+    return f"""# {record['model']}
+
+A tiny GLM-4.5-style model (`glm4_moe`: a dense first layer, a MoE layer with a sigmoid router,
+its correction bias and one shared expert) with its NextN (MTP) layer, trained from scratch by
+`scripts/train_tiny_glm.py` on the generated templated corpus of `tests/support/synth/tokenizer.py`
+(no third-party text). It knows nothing useful; it exists so that llama.cpp's MTP acceptance
+with a head mtpforge wrote can tell a right head from a wrong one (random weights accept ~0%).
+
+- Hugging Face layout of GLM-4.5: per-expert tensors, the NextN layer at `model.layers.2.` with
+  its own `shared_head.head` and `embed_tokens` (copies of the trunk's), raw norms, float32.
+- {record['parameters']['trunk']:,} trunk and {record['parameters']['nextn']:,} NextN parameters (without the copies).
+- Trunk: {s['backbone_steps']} steps of next-token cross-entropy (final loss {record['trunk']['loss'][-1][1]}).
+  NextN: {s['head_steps']} steps with the trunk frozen (final loss {record['nextn']['loss'][-1][1]}), fed the trunk's
+  post-norm hidden state as llama.cpp's GLM4_MOE MTP graph is: {record['nextn']['objective']}.
+- Seed {record['seed']}; `training.json` has the settings and loss curves.
+
+Greedy depth-1 acceptance in mlx, float32, held-out prompts: {a['acceptance']:.1%}
+({a['accepted']}/{a['drafted']}). llama.cpp's figures: docs/families/glm4_moe.md.
+"""
