@@ -261,3 +261,36 @@ def test_add_mtp_from_the_hub_fetches_only_the_tensors_the_mlx_head_is_made_of(g
     subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(local)],
                    check=True, capture_output=True)
     assert (folder / "mtp.safetensors").read_bytes() == (local / "mtp.safetensors").read_bytes()
+
+
+TRAINED = Path(__file__).resolve().parent / "data" / "tiny-glm4_moe-trained"
+ACCEPT_PROBE = MTPLX_PROBE.replace("prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]]",
+                                   "prompts = json.loads(sys.argv[3])").replace("max_tokens=24", "max_tokens=64").replace(
+    '"drafted": sum(int(r.stats.drafted_tokens) for r in res)}',
+    '"drafted": sum(int(r.stats.drafted_tokens) for r in res), "accepted": sum(int(r.stats.accepted_drafts) for r in res)}')
+
+
+@pytest.mark.xdist_group("conformance")
+@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"]], ids=["plain", "runtime-mtplx"])
+def test_mtplx_accepts_the_trained_glm_head_as_verify_counts(extra: list[str], tmp_path: Path) -> None:
+    """On the trained tiny GLM (a 4-bit ``mlx_lm.convert`` folder), MTPLX's own counter over
+    verify's prompts and 64 tokens: output identical to its plain decode, and exactly as many
+    drafts accepted as ``mtpforge verify`` counts (measured: 119 / 136 plain, 117 / 136 with
+    ``--runtime mtplx``) — the head mtpforge writes is the head MTPLX runs."""
+    from tests.conformance.harness import prompts_ids
+    from tests.support.synth import convert_to_mlx
+
+    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    folder = convert_to_mlx(TRAINED, tmp_path / "glm-trained-4bit", q_bits=4, q_group_size=32, dtype="float32")
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(TRAINED), "--target", str(folder),
+                        *extra], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(subprocess.run([sys.executable, "-m", "mtpforge", "verify", str(folder), "--generate", "--json"],
+                                  capture_output=True, text=True, env=env).stdout)
+    p = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", ACCEPT_PROBE, str(folder), str(DRIVERS),
+                        json.dumps(prompts_ids(folder))], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["identical"] and v["identical"] is True
+    assert (got["accepted"], got["drafted"]) == (v["accepted"], v["drafted"]) and got["accepted"] >= 0.7 * got["drafted"]
