@@ -68,8 +68,9 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 @dataclass
-class TrainSettings:
-    """Everything that decides the trained weights (recorded in training.json)."""
+class BaseTrainSettings:
+    """What decides the trained weights of every bundled tiny model (recorded in training.json):
+    the corpus, the batches, the two phases' steps and rates, the head's objective."""
 
     seed: int = 0
     corpus_docs: int = 12000
@@ -82,9 +83,15 @@ class TrainSettings:
     head_lr: float = 3e-3
     distill_weight: float = 1.0
     ce_weight: float = 0.25
-    head_hidden: str = "mix"  # which backbone state trains the head: post | pre | mix
     head_mlp_gain: float = 4.0  # initial gain of the head's post_attention_layernorm: see train()
     weight_decay: float = 0.01
+
+
+@dataclass
+class TrainSettings(BaseTrainSettings):
+    """The Qwen models' settings: the base's, and which backbone state trains the head."""
+
+    head_hidden: str = "mix"  # post | pre | mix
 
 
 @dataclass
@@ -102,12 +109,12 @@ class TrainResult:
 # --- data ---------------------------------------------------------------------------------
 
 
-def training_corpus(settings: TrainSettings) -> list[str]:
+def training_corpus(settings: BaseTrainSettings) -> list[str]:
     """Generated documents the backbone and the tokenizer learn from."""
     return default_corpus(settings.corpus_docs, seed=settings.seed)
 
 
-def heldout_corpus(settings: TrainSettings) -> list[str]:
+def heldout_corpus(settings: BaseTrainSettings) -> list[str]:
     """Documents from another seed: new combinations of the same templates, never trained on."""
     return default_corpus(settings.heldout_docs, seed=settings.seed + 10_007)
 
@@ -118,7 +125,7 @@ def encode_stream(tokenizer: Any, docs: Sequence[str]) -> np.ndarray:
     return np.concatenate([np.asarray(i, dtype=np.int32) for i in ids])
 
 
-def batches(stream: np.ndarray, settings: TrainSettings, seed: int):
+def batches(stream: np.ndarray, settings: BaseTrainSettings, seed: int):
     """Endless random windows of ``seq_len + 1`` tokens (inputs and shifted targets)."""
     rng = np.random.RandomState(seed)
     n = len(stream) - settings.seq_len - 1
@@ -127,7 +134,7 @@ def batches(stream: np.ndarray, settings: TrainSettings, seed: int):
         yield mx.array(np.stack([stream[s : s + settings.seq_len + 1] for s in starts]))
 
 
-def heldout_prompts(tokenizer: Any, settings: TrainSettings, n: int = 24, prompt_docs: int = 2) -> list[list[int]]:
+def heldout_prompts(tokenizer: Any, settings: BaseTrainSettings, n: int = 24, prompt_docs: int = 2) -> list[list[int]]:
     """Prompts from held-out text: a few whole documents and the start of the next one."""
     docs = heldout_corpus(settings)
     out = []
@@ -215,7 +222,7 @@ def _fit(
 
 
 def train_backbone(
-    model: nn.Module, stream: np.ndarray, settings: TrainSettings, log: Callable[[str], None] | None = None
+    model: nn.Module, stream: np.ndarray, settings: BaseTrainSettings, log: Callable[[str], None] | None = None
 ) -> tuple[list[tuple[int, float]], float]:
     """Next-token cross-entropy. Returns ((step, loss) samples, seconds)."""
     model.train()

@@ -33,31 +33,18 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from .glm4_moe import _glm_tokenizer, _trunk_shapes, nextn_shapes, tiny_glm4_moe_config
-from .train import _fit, _schedule, batches, encode_stream, heldout_prompts, train_backbone, training_corpus
+from .train import (BaseTrainSettings, _fit, _schedule, batches, encode_stream, heldout_prompts, train_backbone,
+                    training_corpus)
 from .write import write_hf_checkpoint
 
 FOLDER = "tiny-glm4_moe-trained"
 
 
 @dataclass
-class GlmTrainSettings:
-    """Everything that decides the trained weights (recorded in training.json)."""
+class GlmTrainSettings(BaseTrainSettings):
+    """The GLM model's settings: the base's (the NextN layer always trains on the post-norm
+    hidden state, as llama.cpp runs it), and the spread of the head's initial norms."""
 
-    seed: int = 0
-    corpus_docs: int = 12000
-    heldout_docs: int = 200
-    seq_len: int = 128
-    batch_size: int = 16
-    backbone_steps: int = 600
-    backbone_lr: float = 3e-3
-    head_steps: int = 400
-    head_lr: float = 3e-3
-    distill_weight: float = 1.0
-    ce_weight: float = 0.25
-    weight_decay: float = 0.01
-    #: initial gain of the head's post_attention_layernorm: its SwiGLU then works in the
-    #: nonlinear regime of released heads (see train.py, same setting for Qwen)
-    head_mlp_gain: float = 4.0
     #: log-normal spread of the head's initial norm weights. Released norms are far from
     #: uniform; near all-ones a +1 shift is close to a uniform x2 that the next RMSNorm partly
     #: absorbs, which blunts the negative test (a Qwen-minded +1 written into GLM's raw norms).
