@@ -166,3 +166,29 @@ def test_a_block_without_its_split_key_matrix_is_found(src: Path, tmp_path: Path
     bad = _rewrite(official(src, "full", "f32", pre=PRE), tmp_path / "no-k_b.gguf", drop=(f"blk.{N}.attn_k_b.weight",))
     code, rep = _inspect(bad)
     assert code == 1 and "MTP_MISSING_TENSORS" in {f["code"] for f in rep["findings"]}
+
+
+def test_inspect_finds_the_norms_shifted_as_if_they_were_qwens(src: Path, tmp_path: Path) -> None:
+    """Every head norm is raw, the MLA ones (``attn_q_a_norm``, ``attn_kv_a_norm``) included: a
+    head whose norms got Qwen's +1 is found against the source."""
+    from tests.test_gguf import _rewrite
+
+    full = official(src, "full", "f32", pre=PRE)
+    bad = _rewrite(full, tmp_path / "shifted.gguf",
+                   edit=lambda k, a: a + 1 if block_of(k) == N and k.endswith("norm.weight") else None)
+    code, rep = _inspect(bad, "--source", str(src))
+    assert code == 1 and {f["code"] for f in rep["findings"]} == {"MTP_NORMS_SHIFTED"}
+
+
+def test_a_trunk_of_another_latent_rank_is_refused_before_anything_is_fetched(src: Path, tmp_path: Path) -> None:
+    """llama.cpp states MLA as MQA (``head_count_kv`` 1): the check compares the MLA keys instead,
+    and a trunk whose ``kv_lora_rank`` differs is refused in one line, nothing written."""
+    from tests.test_gguf import _rewrite
+
+    (tmp_path / "other").mkdir()
+    trunk = _rewrite(_trunk(src, tmp_path / "t"), tmp_path / "other" / "trunk.gguf",
+                     kv={"deepseek2.attention.kv_lora_rank": 32})
+    r = mtpforge("add-mtp", "--source", str(src), "--target", str(trunk))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 1 and len(lines) == 1 and "key/value rank (32 vs 64)" in lines[0], r.stderr
+    assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
