@@ -129,3 +129,23 @@ def test_block_fp8_dequantization():
     codes = mx.to_fp8(w / mx.repeat(scale, 128, axis=0))
     deq = dequantize_block_fp8(codes, scale)
     assert deq.shape == w.shape and mx.max(mx.abs(deq - w)).item() < 0.05
+
+
+def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
+    """llama.cpp's converter views kv_b_proj [n·(d_nope+d_v), r_kv] per head, keeps the first
+    d_nope rows as the key part (transposed: [n, r_kv, d_nope]) and the rest as the value part
+    ([n, d_v, r_kv]); the split only moves values, and a wrong shape is refused."""
+    import numpy as np
+
+    from mtpforge.families.spec import Role
+    from mtpforge.passes.mla import GGUF_SPLITS, split_kv_b
+
+    d = {"NH": 3, "NOPE": 4, "VD": 5, "RKV": 6}
+    w = np.arange(3 * 9 * 6, dtype=np.float32).reshape(27, 6)
+    k_b, v_b = split_kv_b(w, d)
+    assert k_b.shape == (3, 6, 4) and v_b.shape == (3, 5, 6)
+    for h in range(3):
+        assert np.array_equal(k_b[h], w[h * 9:h * 9 + 4].T) and np.array_equal(v_b[h], w[h * 9 + 4:(h + 1) * 9])
+    assert [tuple(d[s] for s in shape) for _, shape in GGUF_SPLITS[Role.KV_B_PROJ].parts] == [k_b.shape, v_b.shape]
+    with pytest.raises(ValueError):
+        split_kv_b(w[:-1], d)

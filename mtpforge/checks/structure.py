@@ -71,14 +71,16 @@ def check(ctx: InspectContext) -> list[Finding]:
 
 def _source_checkpoint(ctx: InspectContext) -> Finding:
     """An original Hugging Face checkpoint is what add-mtp reads, not a broken MLX folder: say so,
-    and what to run with it."""
-    return finding(
-        "HF_SOURCE_CHECKPOINT",
-        "an original Hugging Face checkpoint (unconverted keys; its RMSNorms are zero-centred by design): "
-        "a source for add-mtp, not an MLX model folder",
-        f"put its head into your MLX conversion: mtpforge add-mtp --source {ctx.target} --target <your MLX folder>; "
-        f"or convert it with the head kept: mtpforge convert --hf-path {ctx.target} --mlx-path <new folder> -q",
-    )
+    and what to run with it (for a family written for llama.cpp only: into a GGUF trunk)."""
+    norms = "its RMSNorms are zero-centred by design" if ctx.spec.norm_roles else "its RMSNorms are raw, as MLX uses them"
+    if ctx.spec.layouts:
+        fix = (f"put its head into your MLX conversion: mtpforge add-mtp --source {ctx.target} --target <your MLX folder>; "
+               f"or convert it with the head kept: mtpforge convert --hf-path {ctx.target} --mlx-path <new folder> -q")
+    else:
+        fix = f"put its head into your llama.cpp GGUF: mtpforge add-mtp --source {ctx.target} --target <trunk>.gguf"
+    return finding("HF_SOURCE_CHECKPOINT",
+                   f"an original Hugging Face checkpoint (unconverted keys; {norms}): a source for add-mtp, "
+                   "not an MLX model folder", fix)
 
 
 def _no_head(ctx: InspectContext) -> list[Finding]:

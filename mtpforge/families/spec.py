@@ -53,12 +53,24 @@ class Role(str, Enum):
     K_BIAS = "k_bias"
     V_BIAS = "v_bias"
     ROUTER_BIAS = "router_bias"
+    # multi-head latent attention (MLA: DeepSeek-V2/V3, GLM-4.7-Flash): the low-rank query and
+    # key/value projections and their norms; llama.cpp's converter splits ``kv_b_proj`` into the
+    # absorbed per-head key and value matrices ``K_B`` / ``V_B`` (passes/mla.py), which are
+    # llama.cpp-side roles no source spells
+    Q_A_PROJ = "q_a_proj"
+    Q_A_NORM = "q_a_norm"
+    Q_B_PROJ = "q_b_proj"
+    KV_A_PROJ = "kv_a_proj"
+    KV_A_NORM = "kv_a_norm"
+    KV_B_PROJ = "kv_b_proj"
+    K_B = "k_b"
+    V_B = "v_b"
 
 
 #: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
 NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
-    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM,
+    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM, Role.Q_A_NORM, Role.KV_A_NORM,
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
@@ -155,6 +167,14 @@ class FamilySpec:
     #: ``(key, shape) -> True`` for a backbone tensor only a raw release stores that way (how
     #: mlx-lm tells a checkpoint to sanitize); None: the family has no such marker
     is_raw_tensor: Callable[[str, tuple[int, ...]], bool] | None = None
+    #: shape symbols built from the others (MLA's ``n·(d_nope+d_rope)``): base symbols -> the
+    #: added ones, applied to a config's dimensions and to a GGUF's alike; None: none
+    derived_dims: Callable[[Mapping[str, int]], dict[str, int]] | None = None
+    #: shape symbol -> llama.cpp metadata key (after ``{arch}.``) where this family's GGUF says
+    #: it differently from the default (``names.GGUF_DIM_KEYS``); None: the GGUF does not state
+    #: that dimension (MLA is written as MQA: its ``head_count_kv`` / ``key_length`` are not the
+    #: config's)
+    gguf_dim_keys: Mapping[str, "str | None"] = field(default_factory=dict)
 
     @property
     def is_nextn(self) -> bool:

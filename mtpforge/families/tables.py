@@ -87,11 +87,14 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
     d = v("D", 0) or h // nh
     kv = v("KV", nh)
     im = v("IM", 0)
-    return {
-        "H": h, "2H": 2 * h, "D": d, "QD": nh * d, "2QD": 2 * nh * d, "KD": kv * d,
+    out = {
+        "H": h, "2H": 2 * h, "NH": nh, "KV": kv, "D": d, "QD": nh * d, "2QD": 2 * nh * d, "KD": kv * d,
         "I": v("I", 0), "E": v("E", 0), "IM": im, "2IM": 2 * im,
         "IS": v("IS", 0), "1": 1, "V": v("V", 0),
     }
+    # the family's own symbols (MLA's ranks and head widths), then those built from them
+    out.update({sym: v(sym) for sym in k if sym not in out})
+    return {**out, **(spec.derived_dims(out) if spec.derived_dims else {})}
 
 
 def is_moe(config: Mapping[str, Any]) -> bool:

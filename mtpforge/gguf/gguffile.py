@@ -94,7 +94,10 @@ META: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "{arch}.block_count": _DIM,
     "{arch}.nextn_predict_layers": ("an integer in 0..64", lambda v: _int(v) and 0 <= v <= 64),
     **{f"{{arch}}.{k}": _DIM for k in ("embedding_length", "attention.key_length", "expert_count",
-                                         "expert_feed_forward_length", "expert_shared_feed_forward_length")},
+                                         "expert_feed_forward_length", "expert_shared_feed_forward_length",
+                                         "expert_shared_count", "attention.q_lora_rank", "attention.kv_lora_rank",
+                                         "attention.key_length_mla", "attention.value_length_mla",
+                                         "rope.dimension_count")},
     **{f"{{arch}}.{k}": _DIMS for k in ("attention.head_count", "attention.head_count_kv", "feed_forward_length")},
     "{arch}.attention.recurrent_layers": ("a list of true/false", lambda v: isinstance(v, list) and all(isinstance(x, bool) for x in v)),
 }

@@ -3,8 +3,9 @@ then convert one tensor — one expert — at a time.
 
 The conversion is llama.cpp's converter's, step for step: decode to float32, +1 on the seven
 zero-centred norm kinds (the source is raw Hugging Face), stack experts on the slowest axis,
-quantize with gguf-py's own ``quants`` (the same code the converter calls, so an f32/f16/bf16
-head is byte-identical to the converter's). Norms, 1-D tensors and routers stay F32 as there.
+split what the converter splits (MLA's ``kv_b_proj``: ``passes/mla.py``), quantize with gguf-py's
+own ``quants`` (the same code the converter calls, so an f32/f16/bf16 head is byte-identical to
+the converter's). Norms, 1-D tensors and routers stay F32 as there.
 Stacks are produced expert by expert (every ggml type here quantizes rows independently), so a
 512-expert head never sits in memory whole.
 """
@@ -21,13 +22,14 @@ import numpy as np
 from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..errors import InputError, RefusedError
-from ..families.spec import FUSED_PARTS, Role
+from ..families.spec import FUSED_PARTS, FamilySpec, Role
 from ..families.tables import dims, family_spec
 from ..passes.experts import parse_expert_key
 from ..passes.fp8 import dequantize_block_fp8
+from ..passes.mla import GGUF_SPLITS, split_part
 from ..passes.norms import add_offset
 from ..plan import SliceRef, source_expert_slices
-from .names import expert_name, gguf_name, keeps_f32
+from .names import expert_name, gguf_name, keeps_f32, split_names
 
 Q = gguf.GGMLQuantizationType
 
@@ -54,6 +56,8 @@ class HeadTensor:
     slices: list[SliceRef]  # one, or one per expert (stacked on axis 0)
     #: added to a zero-centred norm (the family spec's offset, as the MLX writer adds it); 0 else
     offset: float
+    #: float32 source tensor -> this tensor's values, for a part of a tensor the converter splits
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -87,7 +91,8 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
     """Every llama.cpp tensor of the head, in a stable order."""
     out: list[HeadTensor] = []
     stacks: set[tuple[int, Role]] = set()
-    E = dims(src_config)["E"]
+    dm = dims(src_config)
+    E = dm["E"]
     spec = family_spec(src_config)
     for bare in sorted(entries):
         if bare.endswith("_scale_inv"):
@@ -104,14 +109,32 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
                 shape = (E,) + tuple(sl[0].shape)
                 out.append(HeadTensor(name, _type_for(name, shape, precision), shape, sl, 0.0))
             continue
+        info = entries[bare]
+        whole = [SliceRef(bare, 0, info.nbytes, tuple(info.shape))]
+        parts = _split(bare, whole, n_trunk, spec, dm, precision)
+        if parts:
+            out += parts
+            continue
         name = gguf_name(bare, n_trunk, spec)
         if name is None:
             raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{bare} has no llama.cpp name",
                                "report this with the source repo id")
-        info = entries[bare]
-        out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape),
-                              [SliceRef(bare, 0, info.nbytes, tuple(info.shape))], spec.offset_of(bare)))
+        out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape), whole,
+                              spec.offset_of(bare)))
     return sorted(out, key=lambda t: t.name)
+
+
+def _split(bare: str, whole: list[SliceRef], n_trunk: int, spec: FamilySpec, dm: Mapping[str, int],
+           precision: str) -> list[HeadTensor]:
+    """The tensors the converter writes in place of a source tensor it splits (each the whole
+    source tensor, transformed), [] for any other."""
+    out = []
+    for j, (name, part) in enumerate(split_names(bare, n_trunk, spec)):
+        role = spec.role_of(bare)
+        assert role is not None
+        shape = tuple(dm[s] for s in dict(GGUF_SPLITS[role].parts)[part])
+        out.append(HeadTensor(name, _type_for(name, shape, precision), shape, whole, 0.0, split_part(role, j, dm)))
+    return out
 
 
 def _decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: bytes | None, scale_info: TensorInfo | None) -> np.ndarray:
@@ -141,6 +164,8 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             w = _decode(info, raw, s.shape, read(sc, 0, sc.nbytes) if sc else None, sc)
             if t.offset:
                 w = np.asarray(add_offset(mx.array(w), t.offset))
+            if t.transform is not None:
+                w = t.transform(w)
             yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
 
     return gen

@@ -32,7 +32,7 @@ def _dims(g: GgufFile) -> dict[str, int]:
         return int(v or 0)
 
     emb = g.tensors.get("token_embd.weight")
-    return gguf_dims(i, emb.shape[0] if emb is not None and emb.shape else 0)
+    return gguf_dims(i, emb.shape[0] if emb is not None and emb.shape else 0, FAMILIES[FAMILY_OF_ARCH[g.arch]])
 
 
 def _mtp_blocks(g: GgufFile) -> list[int]:

@@ -16,9 +16,13 @@ import gguf
 
 from ..families import FAMILIES
 from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role
+from ..passes.mla import GGUF_SPLITS
 
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
 ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
+#: a GGUF's family is read from its architecture alone; a second family on the same one
+#: (DeepSeek-V3 would share GLM-4.7-Flash's ``deepseek2``) must first be told apart by metadata
+assert len(set(ARCH.values())) == len(ARCH), f"two families share a llama.cpp architecture: {ARCH}"
 FAMILY_OF_ARCH = {v: k for k, v in ARCH.items()}
 
 
@@ -63,16 +67,38 @@ TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
     Role.EXPERT_GATE: (_T.FFN_GATE_EXP, "weight"),
     Role.EXPERT_UP: (_T.FFN_UP_EXP, "weight"),
     Role.EXPERT_DOWN: (_T.FFN_DOWN_EXP, "weight"),
+    Role.Q_A_PROJ: (_T.ATTN_Q_A, "weight"),
+    Role.Q_A_NORM: (_T.ATTN_Q_A_NORM, "weight"),
+    Role.Q_B_PROJ: (_T.ATTN_Q_B, "weight"),
+    Role.KV_A_PROJ: (_T.ATTN_KV_A_MQA, "weight"),
+    Role.KV_A_NORM: (_T.ATTN_KV_A_NORM, "weight"),
+    Role.K_B: (_T.ATTN_K_B, "weight"),
+    Role.V_B: (_T.ATTN_V_B, "weight"),
 }
+#: the row a role takes in an architecture whose tensor list (gguf-py's ``MODEL_TENSORS``) lacks
+#: its default one: DeepSeek-2's layers call the post-attention norm ``ffn_norm``
+ALTERNATES: dict[Role, tuple[gguf.MODEL_TENSOR, ...]] = {Role.POST_ATTENTION_NORM: (_T.FFN_NORM,)}
+_ARCH_ENUM = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
-def _relative(role: Role) -> str:
-    tensor, suffix = TENSORS[role]
+def _relative(tensor: gguf.MODEL_TENSOR, suffix: str) -> str:
     return gguf.TENSOR_NAMES[tensor].format(bid=0).split(".", 2)[2] + "." + suffix
 
 
-#: Role -> llama.cpp's name relative to ``blk.{n}.`` (e.g. ``nextn.eh_proj.weight``)
-TENSOR_NAMES: dict[Role, str] = {role: _relative(role) for role in TENSORS}
+def _row_in(role: Role, arch: str | None) -> gguf.MODEL_TENSOR:
+    """The role's gguf-py row in ``arch`` (its default where the arch lists none of them)."""
+    default, _ = TENSORS[role]
+    listed = gguf.MODEL_TENSORS.get(_ARCH_ENUM.get(arch or ""), ())
+    return next((t for t in (default, *ALTERNATES.get(role, ())) if t in listed), default)
+
+
+def tensor_names(arch: str | None) -> dict[Role, str]:
+    """Role -> llama.cpp's name relative to ``blk.{n}.`` in ``arch`` (e.g. ``nextn.eh_proj.weight``)."""
+    return {role: _relative(_row_in(role, arch), suffix) for role, (_, suffix) in TENSORS.items()}
+
+
+#: Role -> llama.cpp's name relative to ``blk.{n}.``, as most architectures spell it
+TENSOR_NAMES: dict[Role, str] = tensor_names(None)
 
 
 #: the trunk tensors an MTP-only file carries for the draft model (llama.cpp's converter keeps
@@ -90,9 +116,19 @@ def gguf_name(bare: str, n_trunk: int, spec: FamilySpec) -> str | None:
     """The GGUF name of a non-expert source head tensor (None for expert tensors and for a key
     the family does not spell)."""
     hit = spec.match(bare)
-    if hit is None or hit[0].role in EXPERT_ROLES or hit[0].role not in TENSOR_NAMES:
+    if hit is None or hit[0].role in EXPERT_ROLES or hit[0].role not in TENSORS:
         return None
-    return f"blk.{n_trunk + (hit[2] or 0)}.{TENSOR_NAMES[hit[0].role]}"
+    return f"blk.{n_trunk + (hit[2] or 0)}.{tensor_names(spec.gguf_arch)[hit[0].role]}"
+
+
+def split_names(bare: str, n_trunk: int, spec: FamilySpec) -> list[tuple[str, Role]]:
+    """The GGUF tensors llama.cpp's converter writes in place of a source tensor it splits
+    (``kv_b_proj`` -> ``attn_k_b``, ``attn_v_b``), with their roles; [] for any other tensor."""
+    hit = spec.match(bare)
+    if hit is None or hit[0].role not in GGUF_SPLITS:
+        return []
+    names = tensor_names(spec.gguf_arch)
+    return [(f"blk.{n_trunk + (hit[2] or 0)}.{names[part]}", part) for part, _ in GGUF_SPLITS[hit[0].role].parts]
 
 
 def expert_name(role: Role, layer: int, n_trunk: int) -> str:
@@ -120,14 +156,27 @@ def norm_sources(spec: FamilySpec, block: int) -> dict[str, tuple[str, float]]:
     return out
 
 
-def gguf_dims(get: Callable[[str], int], vocab: int) -> dict[str, int]:
+#: shape symbol -> the llama.cpp metadata key (after ``{arch}.``) that states it, by default;
+#: a family overrides or drops rows (``FamilySpec.gguf_dim_keys``)
+GGUF_DIM_KEYS: dict[str, str] = {
+    "H": "embedding_length", "NH": "attention.head_count", "KV": "attention.head_count_kv", "D": "attention.key_length",
+    "I": "feed_forward_length", "E": "expert_count", "IM": "expert_feed_forward_length",
+}
+
+
+def dim_keys(spec: FamilySpec) -> dict[str, str]:
+    """Shape symbol -> metadata key for ``spec``'s GGUFs (the symbols its GGUF states)."""
+    return {s: k for s, k in {**GGUF_DIM_KEYS, **spec.gguf_dim_keys}.items() if k is not None}
+
+
+def gguf_dims(get: Callable[[str], int], vocab: int, spec: FamilySpec) -> dict[str, int]:
     """The family rows' shape symbols from a GGUF's metadata (``get`` reads ``{arch}.*`` keys)."""
-    H, heads, kv, D = get("embedding_length"), get("attention.head_count"), get("attention.head_count_kv"), \
-        get("attention.key_length")
-    X = get("expert_feed_forward_length")
+    base = {s: get(k) for s, k in dim_keys(spec).items()}
+    H, heads, kv, D, X = (base.get(s, 0) for s in ("H", "NH", "KV", "D", "IM"))
     S = get("expert_shared_feed_forward_length") or get("expert_shared_count") * X
-    return {"H": H, "2H": 2 * H, "D": D, "QD": heads * D, "2QD": 2 * heads * D, "KD": kv * D,
-            "I": get("feed_forward_length"), "E": get("expert_count"), "IM": X, "2IM": 2 * X, "IS": S, "1": 1, "V": vocab}
+    out = {**base, "2H": 2 * H, "QD": heads * D, "2QD": 2 * heads * D, "KD": kv * D, "2IM": 2 * X, "IS": S, "1": 1,
+           "V": vocab}
+    return {**out, **(spec.derived_dims(out) if spec.derived_dims else {})}
 
 
 def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tuple[int, ...]], set[str]]:
@@ -136,13 +185,15 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
     those a config switch turns on)."""
     want: dict[str, tuple[int, ...]] = {}
     maybe: set[str] = set()
+    names = tensor_names(spec.gguf_arch)
     rows = [*spec.head_rows, *spec.layer_rows, *spec.mlp_rows, *spec.expert_rows.get(STACKED, ())]
     for r in rows:
-        name = TENSOR_NAMES.get(r.role)
-        if name is None:
-            continue
-        if r.optional or r.when is not None:
-            maybe.add(name)
-        else:
-            want[name] = tuple(dims[s] for s in r.shape)
+        split = GGUF_SPLITS.get(r.role)
+        for role, shape in split.parts if split else ((r.role, r.shape),):
+            if role not in names:
+                continue
+            if r.optional or r.when is not None:
+                maybe.add(names[role])
+            else:
+                want[names[role]] = tuple(dims[s] for s in shape)
     return want, maybe

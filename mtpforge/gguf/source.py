@@ -15,7 +15,15 @@ from ..inputs.model_config import as_config
 from ..layouts.detect import locate_head
 from ..plan import validate_source_head
 from .gguffile import GgufFile
-from .names import ARCH
+from .names import ARCH, dim_keys
+
+#: the dimensions a trunk and a source must agree on (where the family's GGUF states them), and
+#: how a refusal names each
+CHECKED_DIMS: dict[str, str] = {
+    "H": "embedding_length", "NH": "attention heads", "KV": "kv heads", "D": "head dim", "E": "expert count",
+    "RQ": "query rank", "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim",
+    "VD": "value head dim",
+}
 
 
 @dataclass
@@ -52,14 +60,9 @@ def check_trunk_matches(trunk: GgufFile, src: SourceHead, n_trunk: int) -> None:
         raise RefusedError(f"source is {src.family} (llama.cpp {ARCH[src.family]}) but the trunk is {trunk.arch}",
                            "pass the original checkpoint of the trunk's model as --source")
     tc, d = as_config(src.config).text, dims(src.config)
-    checks = [
-        ("embedding_length", "{arch}.embedding_length", d["H"]),
-        ("layer count", None, tc.num_hidden_layers),
-        ("attention heads", "{arch}.attention.head_count", tc.num_attention_heads),
-        ("kv heads", "{arch}.attention.head_count_kv", tc.num_key_value_heads),
-        ("head dim", "{arch}.attention.key_length", d["D"]),
-        ("expert count", "{arch}.expert_count", d["E"] or None),
-    ]
+    checks = [("layer count", None, tc.num_hidden_layers)] + [
+        (label, "{arch}." + key, d.get(sym) or None)
+        for sym, key in dim_keys(FAMILIES[src.family]).items() if (label := CHECKED_DIMS.get(sym))]
     for label, key, want in checks:
         have = n_trunk if key is None else trunk.get(key)
         if want is None or have is None:

@@ -67,6 +67,12 @@ class _Core(BaseModel):
     num_hidden_layers: Optional[Dim] = Field(None, description=_DIM)
     mtp_num_hidden_layers: Optional[Count] = Field(None, description=_COUNT)
     num_nextn_predict_layers: Optional[Count] = Field(None, description=_COUNT)
+    # multi-head latent attention (GLM-4.7-Flash, DeepSeek): the head's low-rank widths
+    q_lora_rank: Optional[Dim] = Field(None, description=_DIM)
+    kv_lora_rank: Optional[Dim] = Field(None, description=_DIM)
+    qk_nope_head_dim: Optional[Dim] = Field(None, description=_DIM)
+    qk_rope_head_dim: Optional[Dim] = Field(None, description=_DIM)
+    v_head_dim: Optional[Dim] = Field(None, description=_DIM)
 
 
 class _Soft(BaseModel):

@@ -41,7 +41,7 @@ def runtime_module_path(bare_module: str, layout: str, family: str, config: Any 
         return placement(layout, family, config).module_path(bare_module)
     except (ValueError, KeyError):
         spec = FAMILIES[family]
-        return spec.fill(spec.mlx_head_prefixes[0], config) + bare_module
+        return spec.fill((spec.mlx_head_prefixes or (spec.hf_head_prefix,))[0], config) + bare_module
 
 
 def loads_in_mlx_lm_glob(rel: str) -> bool:

@@ -1,0 +1,107 @@
+"""GLM-4.7-Flash (``glm4_moe_lite``): a NextN head like GLM-4.5's, over multi-head latent
+attention (docs/families/glm4_moe_lite.md).
+
+Its keys sit under ``model.layers.{N}.`` (N = ``num_hidden_layers``): GLM-4.5's NextN tensors
+and MoE (sigmoid router with its score-correction bias, per-expert experts, one shared expert),
+but DeepSeek-style MLA attention: a low-rank query (``q_a_proj`` -> ``q_a_layernorm`` ->
+``q_b_proj``), a compressed key/value (``kv_a_proj_with_mqa`` -> ``kv_a_layernorm`` ->
+``kv_b_proj``) and ``o_proj``. llama.cpp's converter writes it as ``deepseek2`` and splits
+``kv_b_proj`` into ``attn_k_b`` / ``attn_v_b`` (passes/mla.py). Norms are raw, copied as
+stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
+(``q_lora_rank: null``) is not described: llama.cpp refuses such a trunk (measured).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .glm4_moe import EXPERT_ROWS, HEAD_ROWS, MLP_ROWS
+from .spec import FamilySpec, Role, Row
+
+LAYER_ROWS = (
+    Row(Role.INPUT_NORM, "input_layernorm.weight", ("H",)),
+    Row(Role.POST_ATTENTION_NORM, "post_attention_layernorm.weight", ("H",)),
+    Row(Role.Q_A_PROJ, "self_attn.q_a_proj.weight", ("RQ", "H")),
+    Row(Role.Q_A_NORM, "self_attn.q_a_layernorm.weight", ("RQ",)),
+    Row(Role.Q_B_PROJ, "self_attn.q_b_proj.weight", ("QB", "RQ")),
+    Row(Role.KV_A_PROJ, "self_attn.kv_a_proj_with_mqa.weight", ("KVA", "H")),
+    Row(Role.KV_A_NORM, "self_attn.kv_a_layernorm.weight", ("RKV",)),
+    Row(Role.KV_B_PROJ, "self_attn.kv_b_proj.weight", ("KVB", "RKV")),
+    Row(Role.O_PROJ, "self_attn.o_proj.weight", ("H", "OV")),
+)
+DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
+    "H": "hidden_size", "NH": "num_attention_heads", "KV": "num_key_value_heads",
+    "E": "n_routed_experts", "IM": "moe_intermediate_size", "IS": ("n_shared_experts", "moe_intermediate_size"),
+    "V": "vocab_size", "RQ": "q_lora_rank", "RKV": "kv_lora_rank", "NOPE": "qk_nope_head_dim",
+    "ROPE": "qk_rope_head_dim", "VD": "v_head_dim",
+}
+#: llama.cpp writes MLA as MQA (``head_count_kv`` 1, ``key_length`` r_kv + d_rope): those two
+#: state no config dimension; the MLA widths have their own keys (measured, docs/families/)
+GGUF_DIM_KEYS: dict[str, "str | None"] = {
+    "KV": None, "D": None, "RQ": "attention.q_lora_rank", "RKV": "attention.kv_lora_rank",
+    "ROPE": "rope.dimension_count", "QKD": "attention.key_length_mla", "VD": "attention.value_length_mla",
+}
+
+
+def mla_dims(d: Mapping[str, int]) -> dict[str, int]:
+    """MLA's composite widths from the base ones. A config states d_nope, a GGUF d_nope + d_rope
+    (``key_length_mla``): each side gets the other's."""
+    rope, nh, vd = d["ROPE"], d["NH"], d["VD"]
+    nope = d["NOPE"] if "NOPE" in d else d["QKD"] - rope
+    return {"NOPE": nope, "QKD": nope + rope, "QB": nh * (nope + rope), "KVA": d["RKV"] + rope,
+            "KVB": nh * (nope + vd), "OV": nh * vd}
+
+
+def _classes() -> tuple[type, type]:
+    from mlx_lm.models import glm4_moe_lite
+
+    return glm4_moe_lite.Model, glm4_moe_lite.ModelArgs
+
+
+def _decoder_layer() -> type:
+    from mlx_lm.models.glm4_moe_lite import Glm4MoeLiteDecoderLayer
+
+    return Glm4MoeLiteDecoderLayer
+
+
+def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
+    """A per-expert backbone expert, or an unsplit ``kv_b_proj``: the release stores them so,
+    mlx-lm stacks / splits them."""
+    return key.startswith("model.layers.") and key.endswith(RAW_MARKERS)
+
+
+RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
+
+GLM4_MOE_LITE = FamilySpec(
+    name="glm4_moe_lite",
+    model_types=("glm4_moe_lite",),
+    text_model_types=(),
+    moe=True,
+    head_rows=HEAD_ROWS,
+    layer_rows=LAYER_ROWS,
+    mlp_rows=MLP_ROWS,
+    expert_rows=EXPERT_ROWS,
+    norm_roles=frozenset(),
+    norm_offset=0.0,
+    hf_head_prefix="model.layers.{N}.",
+    head_index_key="num_hidden_layers",
+    # MTPLX's glm_mtp reads the head in the source's own names (docs/families/glm4_moe_lite.md)
+    head_file_prefix="model.layers.{N}.",
+    mlx_head_prefixes=(),
+    count_keys=("num_nextn_predict_layers",),
+    count_keys_written=("num_nextn_predict_layers",),
+    ships_head_undeclared=False,
+    nested_text_config=False,
+    # no MLX layout yet: the GGUF output formats only
+    layouts=(),
+    mlx_lm_classes=_classes,
+    lm_module_path=(),
+    head_layer=_decoder_layer,
+    dim_keys=DIM_KEYS,
+    gguf_arch="deepseek2",
+    example_repo="zai-org/GLM-4.7-Flash",
+    raw_marker_suffixes=RAW_MARKERS,
+    is_raw_tensor=is_raw_tensor,
+    derived_dims=mla_dims,
+    gguf_dim_keys=GGUF_DIM_KEYS,
+)
