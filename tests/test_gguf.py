@@ -158,18 +158,9 @@ def test_add_mtp_gguf_guarantees(tmp_path: Path) -> None:
 
 
 def test_fetches_only_the_heads_bytes_from_the_hub(hub, tmp_path: Path) -> None:
-    repo, _ = hub.publish(MODELS["moe"])
-    trunk = trunk_copy(MODELS["moe"], tmp_path)
-    dry = hub.run("add-mtp", "--source", repo, "--target", str(trunk), "--dry-run")
-    assert dry.code == 0, dry.stderr
-    head_bytes = dry.json["fetch_bytes"]
-    hub.server.clear_log()
-    r = hub.run("add-mtp", "--source", repo, "--target", str(trunk))
-    assert r.code == 0, r.stderr
-    assert 0 < r.json["fetched_bytes"] <= 1.01 * head_bytes
-    assert hub.tensor_bytes(repo) <= 1.01 * head_bytes
-    local = _add(trunk_copy(MODELS["moe"], tmp_path / "local"), MODELS["moe"])
-    assert sha256(Path(r.json["output"])) == sha256(Path(local["output"]))
+    from tests.gguf_judged import fetches_only_the_head
+
+    fetches_only_the_head(hub, MODELS["moe"], lambda d: trunk_copy(MODELS["moe"], d), tmp_path)
 
 
 def test_interrupted_download_leaves_nothing(hub, tmp_path: Path) -> None:

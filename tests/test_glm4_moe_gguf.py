@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mtpforge.gguf.gguffile import read_local, tensor_array
-from mtpforge.gguf.names import SHARED_TENSORS, block_of
+from mtpforge.gguf.names import block_of
 from tests import gguf_env
-from tests.gguf_env import mtpforge, official, sha256
+from tests import gguf_judged as judged
+from tests.gguf_env import mtpforge, official
 
 pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
 PRE = "glm4"  # the converter's pre-tokenizer for the synthetic GLM vocabulary
@@ -40,128 +39,55 @@ def _trunk(src: Path, dst: Path, qtype: str = "f32") -> Path:
     return gguf_env.trunk_copy(src, dst, qtype, pre=PRE)
 
 
-def _add(trunk: Path, source: Path | str, *extra: str) -> dict:
-    r = mtpforge("add-mtp", "--source", str(source), "--target", str(trunk), "--json", *extra)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
-
-def _tensors(g) -> dict[str, tuple[object, tuple[int, ...]]]:
-    return {k: (t.type, t.shape) for k, t in g.tensors.items()}
-
-
-def _kv(g, skip: tuple[str, ...] = ()) -> list[tuple[str, object, int]]:
-    return [(k, v.value, int(v.type)) for k, v in g.kv.items() if k not in skip]
 
 
 @pytest.mark.parametrize("shape", ["4.5", "4.6"])
 def test_the_mtp_file_equals_the_converters_mtp_export_at_f32(glm, shape: str, tmp_path: Path) -> None:
-    """Names, ggml types, shapes, values, metadata (keys, order, types) and the file name of
-    ``--mtp``, from the ``--no-mtp`` trunk and the head's bytes; the trunk is only read."""
+    """Everything ``--mtp`` writes (tensors, values, metadata, the file name), from the
+    ``--no-mtp`` trunk and the head's bytes; the trunk is only read."""
     src = glm[shape]
-    trunk = _trunk(src, tmp_path)
-    before = sha256(trunk)
-    r = _add(trunk, src, "--precision", "f32")
-    ours, ref = read_local(r["output"]), read_local(official(src, "mtp", "f32", pre=PRE))
+    r, ref = judged.equals_mtp_export(src, _trunk(src, tmp_path), PRE)
     assert Path(r["output"]).name == f"mtp-Tiny-{src.name.split('-', 1)[1].title()}-F32.gguf"
     assert r["family"] == "glm4_moe" and r["architecture"] == "glm4moe"
-    assert _tensors(ours) == _tensors(ref)
     assert (f"blk.{N}.nextn.shared_head_head.weight" in ref.tensors) == (shape == "4.5")
-    for k, t in ref.tensors.items():
-        assert np.array_equal(tensor_array(ours, ours.tensors[k]), tensor_array(ref, t)), k
-    assert _kv(ours) == _kv(ref)
-    assert sha256(trunk) == before
-    rec = json.loads(Path(r["manifest"]).read_text())
-    assert rec["norm_convention"] == "raw"
+    assert json.loads(Path(r["manifest"]).read_text())["norm_convention"] == "raw"
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16", "q8_0"])
 def test_the_mtp_block_equals_the_converters_bit_for_bit(glm, precision: str, tmp_path: Path) -> None:
     """At f16 / bf16 / q8_0 the MTP block is the converter's byte for byte (norms, biases and
     router F32 as there); token_embd / output_norm / output are the user's trunk's own bytes."""
-    src = glm["4.5"]
-    trunk = _trunk(src, tmp_path)
-    r = _add(trunk, src, "--precision", precision)
-    ours, ref = read_local(r["output"]), read_local(official(src, "mtp", precision, pre=PRE))
-    block = [k for k in ref.tensors if block_of(k) == N]
-    assert len(block) == 23 and {k for k in ours.tensors if block_of(k) == N} == set(block)
-    with open(r["output"], "rb") as a, open(ref.path, "rb") as b:
-        for k in block:
-            ta, tb = ours.tensors[k], ref.tensors[k]
-            assert (ta.type, ta.shape) == (tb.type, tb.shape), k
-            a.seek(ta.offset)
-            b.seek(tb.offset)
-            assert a.read(ta.nbytes) == b.read(tb.nbytes), k
-    tr = read_local(trunk)
-    for k in SHARED_TENSORS:
-        assert np.array_equal(tensor_array(ours, ours.tensors[k]), tensor_array(tr, tr.tensors[k])), k
-    assert _kv(ours) == _kv(ref)
+    judged.block_equals_converters(glm["4.5"], _trunk(glm["4.5"], tmp_path), PRE, precision, N, 23)
 
 
 def test_the_tail_equals_the_converters_full_file(glm, tmp_path: Path) -> None:
-    src = glm["4.5"]
-    trunk = _trunk(src, tmp_path)
-    out = tmp_path / "with-tail.gguf"
-    _add(trunk, src, "--precision", "f32", "--layout", "gguf-tail", "--output", str(out))
-    ours, ref = read_local(out), read_local(official(src, "full", "f32", pre=PRE))
-    assert _tensors(ours) == _tensors(ref)
-    for k, t in ref.tensors.items():
-        assert np.array_equal(tensor_array(ours, ours.tensors[k]), tensor_array(ref, t)), k
-    assert _kv(ours, ("general.size_label",)) == _kv(ref, ("general.size_label",))
+    judged.tail_equals_full(glm["4.5"], _trunk(glm["4.5"], tmp_path), PRE, tmp_path / "with-tail.gguf")
 
 
 @pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
 def test_llama_server_drafts_with_mtpforges_file_exactly_as_plain_and_as_with_the_official_one(glm, qtype: str,
                                                                                               tmp_path: Path) -> None:
-    """On the f32, Q8_0 and Q4_K_M trunks: greedy output with mtpforge's MTP file is the
-    trunk's plain output, and llama.cpp drafts and accepts exactly as many tokens as with the
-    converter's own ``--mtp`` file beside the same trunk."""
-    gguf_env.need("server")
-    src = glm["4.5"]
-    trunk = _trunk(src, tmp_path, qtype)
-    ours = Path(_add(trunk, src, "--precision", "f32")["output"])
-    theirs = gguf_env.graft(official(src, "mtp", "f32", pre=PRE), trunk, tmp_path / "official" / "mtp-official.gguf")
-    texts = gguf_env.prompts()[:4]
-    plain = gguf_env.measure(trunk, texts=texts)
-    with_ours = gguf_env.measure(trunk, draft=ours, texts=texts)
-    with_theirs = gguf_env.measure(trunk, draft=theirs, texts=texts)
-    assert with_ours["drafted"] > 0 and with_ours["tokens"] == plain["tokens"]
-    assert (with_ours["drafted"], with_ours["accepted"]) == (with_theirs["drafted"], with_theirs["accepted"])
+    """On the f32, Q8_0 and Q4_K_M trunks: plain output, and the official file's counts."""
+    judged.drafts_as_official(glm["4.5"], _trunk(glm["4.5"], tmp_path, qtype), PRE, tmp_path)
 
 
 def test_only_the_heads_bytes_come_from_the_hub(glm, hub, tmp_path: Path) -> None:
-    src = glm["4.5"]
-    repo, _ = hub.publish(src)
-    trunk = _trunk(src, tmp_path)
-    dry = hub.run("add-mtp", "--source", repo, "--target", str(trunk), "--dry-run")
-    assert dry.code == 0, dry.stderr
-    head_bytes = dry.json["fetch_bytes"]
-    hub.server.clear_log()
-    r = hub.run("add-mtp", "--source", repo, "--target", str(trunk))
-    assert r.code == 0, r.stderr
-    assert 0 < r.json["fetched_bytes"] <= 1.01 * head_bytes and hub.tensor_bytes(repo) <= 1.01 * head_bytes
-    local = _add(_trunk(src, tmp_path / "local"), src)
-    assert sha256(Path(r.json["output"])) == sha256(Path(local["output"]))
-
-
-def _inspect(target: Path, *extra: str) -> tuple[int, dict]:
-    r = mtpforge("inspect", str(target), "--json", *extra)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r.returncode, json.loads(r.stdout)
+    judged.fetches_only_the_head(hub, glm["4.5"], lambda d: _trunk(glm["4.5"], d), tmp_path)
 
 
 def test_inspect_finds_the_missing_head_then_a_clean_one_with_raw_norms(glm, tmp_path: Path) -> None:
     src = glm["4.5"]
     trunk = _trunk(src, tmp_path)
-    code, rep = _inspect(trunk)
+    code, rep = judged.inspect_json(trunk)
     (f,) = rep["findings"]
     assert rep["family"] == "glm4_moe" and f["code"] == "MTP_HEAD_MISSING" and str(trunk) in f["fix"]
     assert f["fix"].startswith("mtpforge add-mtp --source <original Hugging Face repo, e.g. zai-org/GLM-")
-    _add(trunk, src)
-    code, rep = _inspect(trunk, "--source", str(src))
+    judged.add_mtp(trunk, src)
+    code, rep = judged.inspect_json(trunk, "--source", str(src))
     assert code == 0 and rep["findings"] == [] and rep["layout"] == "gguf-mtp" and rep["norm_convention"] == "raw"
     assert rep["mtp_tensors"] == 23 and rep["expert_format"] == "stacked"
-    code, rep = _inspect(trunk)
+    code, rep = judged.inspect_json(trunk)
     assert rep["norm_convention"] == "raw" and rep["norm_convention_from"] == "manifest"
 
 
@@ -174,9 +100,9 @@ def test_inspect_finds_glm_norms_shifted_as_if_they_were_qwens(glm, tmp_path: Pa
     bad = _rewrite(full, tmp_path / "shifted.gguf",
                    edit=lambda k, a: a + 1 if block_of(k) == N and k.endswith(("norm.weight", "enorm.weight", "hnorm.weight"))
                    else None)
-    code, rep = _inspect(bad, "--source", str(src))
+    code, rep = judged.inspect_json(bad, "--source", str(src))
     assert code == 1 and {f["code"] for f in rep["findings"]} == {"MTP_NORMS_SHIFTED"}
-    code, rep = _inspect(full, "--source", str(src))
+    code, rep = judged.inspect_json(full, "--source", str(src))
     assert code == 0 and rep["norm_convention"] == "raw" and rep["findings"] == []
 
 

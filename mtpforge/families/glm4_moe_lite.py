@@ -13,10 +13,11 @@ stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
-from .glm4_moe import EXPERT_ROWS, HEAD_ROWS, MLP_ROWS
-from .spec import FamilySpec, Role, Row
+from .glm4_moe import GLM4_MOE
+from .spec import Role, Row
 
 LAYER_ROWS = (
     Row(Role.INPUT_NORM, "input_layernorm.weight", ("H",)),
@@ -72,30 +73,16 @@ def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
 
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
 
-GLM4_MOE_LITE = FamilySpec(
+#: GLM-4.5's spec with MLA attention: the same NextN prefix, counts, raw norms and MoE rows
+GLM4_MOE_LITE = replace(
+    GLM4_MOE,
     name="glm4_moe_lite",
     model_types=("glm4_moe_lite",),
-    text_model_types=(),
-    moe=True,
-    head_rows=HEAD_ROWS,
     layer_rows=LAYER_ROWS,
-    mlp_rows=MLP_ROWS,
-    expert_rows=EXPERT_ROWS,
-    norm_roles=frozenset(),
-    norm_offset=0.0,
-    hf_head_prefix="model.layers.{N}.",
-    head_index_key="num_hidden_layers",
-    # MTPLX's glm_mtp reads the head in the source's own names (docs/families/glm4_moe_lite.md)
-    head_file_prefix="model.layers.{N}.",
     mlx_head_prefixes=(),
-    count_keys=("num_nextn_predict_layers",),
-    count_keys_written=("num_nextn_predict_layers",),
-    ships_head_undeclared=False,
-    nested_text_config=False,
     # no MLX layout yet: the GGUF output formats only
     layouts=(),
     mlx_lm_classes=_classes,
-    lm_module_path=(),
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,
     gguf_arch="deepseek2",
