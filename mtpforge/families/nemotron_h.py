@@ -146,4 +146,7 @@ NEMOTRON_H = FamilySpec(
     # Granite's converter, which Nemotron-H's extends, permutes q/k as for RoPE (measured: the
     # values differ from the source's otherwise; the attention itself has no RoPE)
     gguf_permutes_qk=True,
+    # measured: the MTP block's router is F16 / BF16 / Q8_0 in the converter's file (the
+    # trunk's routers stay F32)
+    gguf_quantized_roles=frozenset({Role.ROUTER}),
 )

@@ -198,6 +198,10 @@ class FamilySpec:
     #: llama.cpp's converter reorders each head's query/key rows as Llama's does for rotary
     #: embedding (``passes/rope.py``): Nemotron-H's inherits it from Granite's
     gguf_permutes_qk: bool = False
+    #: matrices llama.cpp's converter keeps in F32 elsewhere but writes at the file's type in this
+    #: family's MTP block (Nemotron-H's router: the converter's F32 rule matches the block index
+    #: it reads from the source name, and ``mtp.layers.1`` gives 1, not the block's)
+    gguf_quantized_roles: frozenset[Role] = frozenset()
 
     @property
     def is_nextn(self) -> bool:
