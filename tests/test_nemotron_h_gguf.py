@@ -148,3 +148,19 @@ def test_a_trunk_of_another_latent_size_is_refused_before_anything_is_fetched(so
     assert r.returncode == 1 and len(lines) == 1 and "latent size (32 vs 64)" in lines[0], r.stderr
     assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
     assert read_local(_trunk(src, tmp_path / "t2")).get("{arch}.attention.head_count_kv") == [0, 0, 1, 0]
+
+
+def test_a_source_declaring_two_mtp_steps_is_refused(sources: dict[str, Path], tmp_path: Path) -> None:
+    """The two source layers are one MTP step (llama.cpp's converter asserts
+    ``num_nextn_predict_layers == 1``): a config declaring two steps is refused in one line,
+    not written as two blocks of the same tensors."""
+    import shutil
+
+    src = shutil.copytree(sources["plain"], tmp_path / "two-steps")
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "num_nextn_predict_layers": 2}))
+    trunk = _trunk(sources["plain"], tmp_path / "t")
+    r = mtpforge("add-mtp", "--source", str(src), "--target", str(trunk))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 1 and len(lines) == 1 and "one MTP step" in lines[0], r.stderr
+    assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]

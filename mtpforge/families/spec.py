@@ -204,6 +204,12 @@ class FamilySpec:
     gguf_quantized_roles: frozenset[Role] = frozenset()
 
     @property
+    def one_step(self) -> bool:
+        """Every row belongs to MTP step 0 (no ``{i}``): the head is one MTP step whatever its
+        source calls its layers (Nemotron-H's two blocks are one step), never more."""
+        return not any("{i}" in r.key for r in self.rows())
+
+    @property
     def is_nextn(self) -> bool:
         """The head is a NextN layer appended after the backbone's (its prefix names the index)."""
         return self.head_index_key is not None
