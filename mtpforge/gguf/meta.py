@@ -24,9 +24,9 @@ from .gguffile import KV
 U32 = gguf.GGUFValueType.UINT32
 
 #: per-layer arrays every architecture extends, and the value an MTP layer takes in them (a
-#: family adds its own: ``FamilySpec.gguf_layer_arrays``, filled by ``names.mtp_layer_entries``)
+#: family adds its own: ``FamilySpec.gguf_layer_arrays``, filled by :func:`mtp_meta`)
 PER_LAYER_ARRAYS: dict[str, object] = {"{arch}.attention.recurrent_layers": False}
-#: where ``nextn_predict_layers`` goes when the family does not say (``FamilySpec.gguf_nextn_before``)
+#: where ``nextn_predict_layers`` goes when no family is given (``FamilySpec.gguf_nextn_before``'s default)
 NEXTN_BEFORE: tuple[str, ...] = ("{arch}.ssm.", "general.quantization_version")
 
 
@@ -55,6 +55,8 @@ def _anchor(kv: dict[str, KV], arch: str, before: tuple[str, ...]) -> str | None
 
 
 def with_mtp_layers(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int, meta: MtpMeta = MtpMeta()) -> dict[str, KV]:
+    """The trunk's metadata for ``n_mtp`` MTP blocks after its ``n_trunk``: the block count,
+    the layer count where ``meta`` says the converter writes it, the per-layer arrays extended."""
     out: dict[str, KV] = {}
     nextn = f"{arch}.nextn_predict_layers"
     anchor = _anchor(kv, arch, meta.nextn_before)
