@@ -210,9 +210,12 @@ def validate_source_head(
         raise RefusedError(f"the source's MTP experts are already stacked ({STACKED}): it is not an original Hugging Face checkpoint",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
     weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
+    spec = family_spec(src_config)
+    if n_layers > 1 and spec.one_step:
+        raise RefusedError(f"the source's config declares {n_layers} MTP layers; a {spec.name} head is one MTP step "
+                           "(its layers are not repeated per step)", "pass the release as published, with one MTP step, as --source")
     expected = expected_head(src_config, n_layers, fmt if fmt != "none" else None, present=weights)
     missing = sorted(set(expected) - set(weights))
-    spec = family_spec(src_config)
     extra = sorted(set(weights) - set(expected))
     if missing or extra:
         what = f"missing {missing[:2]}" if missing else f"unexpected {extra[:2]}"

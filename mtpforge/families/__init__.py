@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from .glm4_moe import GLM4_MOE
 from .glm4_moe_lite import GLM4_MOE_LITE
+from .nemotron_h import NEMOTRON_H
 from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
 from .qwen3_next import QWEN3_NEXT
 from .spec import FamilySpec, Role, Row
 
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
-FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE)}
+FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

@@ -65,6 +65,11 @@ class Role(str, Enum):
     KV_B_PROJ = "kv_b_proj"
     K_B = "k_b"
     V_B = "v_b"
+    # latent MoE (Nemotron 3 Super): the routed experts run in a narrower space than the hidden
+    # state, entered by ``fc1_latent_proj`` (H -> L) and left by ``fc2_latent_proj`` (L -> H);
+    # the shared expert still reads the un-projected input, so these are roles of their own
+    LATENT_DOWN = "latent_down_proj"
+    LATENT_UP = "latent_up_proj"
 
 
 #: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
@@ -175,6 +180,34 @@ class FamilySpec:
     #: that dimension (MLA is written as MQA: its ``head_count_kv`` / ``key_length`` are not the
     #: config's)
     gguf_dim_keys: Mapping[str, "str | None"] = field(default_factory=dict)
+    #: shape symbols a config may leave unset (absent or null reads as 0), each used only by
+    #: rows a ``when`` key switches on or by ``derived_dims`` (Nemotron-H's ``moe_latent_size``:
+    #: Nemotron 3 Super has one, Nano none)
+    optional_dims: frozenset[str] = frozenset()
+    #: llama.cpp per-layer metadata arrays (key after ``{arch}.``) that the converter extends
+    #: by an entry for each MTP block, -> the shape symbol that entry takes (Nemotron-H's folded
+    #: block counts as an attention and a MoE layer: ``attention.head_count_kv`` gets KV,
+    #: ``feed_forward_length`` the expert width); arrays not named here keep their default
+    #: (``gguf/meta.py``)
+    gguf_layer_arrays: Mapping[str, str] = field(default_factory=dict)
+    #: where the converter writes ``{arch}.nextn_predict_layers``: before the first metadata key
+    #: starting with one of these (first one found wins; ``{arch}`` filled), else last. Each
+    #: converter class adds it at its own point: Qwen3.5's before the SSM keys, GLM's and
+    #: Nemotron-H's after all of the family's own keys
+    gguf_nextn_before: tuple[str, ...] = ("{arch}.ssm.", "general.quantization_version")
+    #: llama.cpp's converter reorders each head's query/key rows as Llama's does for rotary
+    #: embedding (``passes/rope.py``): Nemotron-H's inherits it from Granite's
+    gguf_permutes_qk: bool = False
+    #: matrices llama.cpp's converter keeps in F32 elsewhere but writes at the file's type in this
+    #: family's MTP block (Nemotron-H's router: the converter's F32 rule matches the block index
+    #: it reads from the source name, and ``mtp.layers.1`` gives 1, not the block's)
+    gguf_quantized_roles: frozenset[Role] = frozenset()
+
+    @property
+    def one_step(self) -> bool:
+        """Every row belongs to MTP step 0 (no ``{i}``): the head is one MTP step whatever its
+        source calls its layers (Nemotron-H's two blocks are one step), never more."""
+        return not any("{i}" in r.key for r in self.rows())
 
     @property
     def is_nextn(self) -> bool:

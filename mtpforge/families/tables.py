@@ -92,8 +92,9 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
         "I": v("I", 0), "E": v("E", 0), "IM": im, "2IM": 2 * im,
         "IS": v("IS", 0), "1": 1, "V": v("V", 0),
     }
-    # the family's own symbols (MLA's ranks and head widths), then those built from them
-    out.update({sym: v(sym) for sym in k if sym not in out})
+    # the family's own symbols (MLA's ranks and head widths; 0 for an optional one left unset),
+    # then those built from them
+    out.update({sym: v(sym, 0 if sym in spec.optional_dims else None) for sym in k if sym not in out})
     return {**out, **(spec.derived_dims(out) if spec.derived_dims else {})}
 
 

@@ -26,13 +26,14 @@ from typing import Any
 from .. import __version__
 from ..errors import InputError, MtpforgeError, RefusedError
 from ..families import FAMILIES
+from ..families.tables import dims
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..model_card import CARD, card_beside, write_atomic
 from ..progress import Progress
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
-from .meta import mtp_file_name, mtp_only_kv, with_mtp_layers
+from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FAMILY_OF_ARCH, SHARED_TENSORS, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
@@ -265,11 +266,12 @@ def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress
     out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in g.carried]
     out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]
     prec = g.report["precision"]
+    meta = mtp_meta(FAMILIES[g.family], dims(src.config))
     if g.row.beside_trunk:
         kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec], [(t.name, t.shape) for t in out],
-                         int(trunk.get("{arch}.expert_count", 0) or 0))
+                         int(trunk.get("{arch}.expert_count", 0) or 0), meta)
     else:
-        kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp)
+        kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp, meta)
     manifest = _manifest(g, source)
     card, card_record, note = _card(g, manifest)
 

@@ -3,7 +3,8 @@ then convert one tensor — one expert — at a time.
 
 The conversion is llama.cpp's converter's, step for step: decode to float32, +1 on the seven
 zero-centred norm kinds (the source is raw Hugging Face), stack experts on the slowest axis,
-split what the converter splits (MLA's ``kv_b_proj``: ``passes/mla.py``), quantize with gguf-py's
+split what the converter splits (MLA's ``kv_b_proj``: ``passes/mla.py``), reorder the query/key
+rows where the family's converter does (``passes/rope.py``), quantize with gguf-py's
 own ``quants`` (the same code the converter calls, so an f32/f16/bf16 head is byte-identical to
 the converter's). Norms, 1-D tensors and routers stay F32 as there.
 Stacks are produced expert by expert (every ggml type here quantizes rows independently), so a
@@ -28,6 +29,7 @@ from ..passes.experts import parse_expert_key
 from ..passes.fp8 import dequantize_block_fp8
 from ..passes.mla import GGUF_SPLITS, split_part
 from ..passes.norms import add_offset
+from ..passes.rope import qk_permutation
 from ..plan import SliceRef, source_expert_slices
 from .names import expert_name, gguf_name, keeps_f32, split_names
 
@@ -57,6 +59,7 @@ class HeadTensor:
     #: added to a zero-centred norm (the family spec's offset, as the MLX writer adds it); 0 else
     offset: float
     #: float32 source tensor -> this tensor's values, for a part of a tensor the converter splits
+    #: or a tensor whose rows it reorders
     transform: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
@@ -77,8 +80,10 @@ def parse_precision(p: str | None) -> str:
     return v
 
 
-def _type_for(name: str, shape: tuple[int, ...], precision: str) -> gguf.GGMLQuantizationType:
-    if keeps_f32(name, len(shape)):
+def _type_for(name: str, shape: tuple[int, ...], precision: str, quantized: bool = False) -> gguf.GGMLQuantizationType:
+    """The tensor's ggml type: F32 where the converter keeps it so (unless the family's converter
+    quantizes that matrix anyway: ``quantized``), else the precision's."""
+    if keeps_f32(name, len(shape)) and not (quantized and len(shape) > 1):
         return Q.F32
     t = PRECISIONS[precision]
     bs, _ = gguf.GGML_QUANT_SIZES[t]
@@ -119,8 +124,10 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
         if name is None:
             raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{bare} has no llama.cpp name",
                                "report this with the source repo id")
-        out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision), tuple(info.shape), whole,
-                              spec.offset_of(bare)))
+        permute = qk_permutation(spec.role_of(bare), dm) if spec.gguf_permutes_qk else None
+        quantized = spec.role_of(bare) in spec.gguf_quantized_roles
+        out.append(HeadTensor(name, _type_for(name, tuple(info.shape), precision, quantized), tuple(info.shape), whole,
+                              spec.offset_of(bare), permute))
     return sorted(out, key=lambda t: t.name)
 
 

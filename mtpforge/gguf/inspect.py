@@ -102,7 +102,7 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
         info["mtp_tensors"] = len(have)
         info["mtp_bytes"] = sum(t.nbytes for t in have.values())
         info["types"] = {k: t.type_name for k, t in sorted(have.items())}
-        info["expert_format"] = "stacked" if "ffn_gate_exps.weight" in have else "none"
+        info["expert_format"] = "stacked" if any(k.endswith("_exps.weight") for k in have) else "none"
     return out, info
 
 

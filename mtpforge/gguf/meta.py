@@ -2,29 +2,65 @@
 
 llama.cpp's converter writes an MTP-only file with the trunk's metadata and exactly these
 changes (checked against it in the tests): ``block_count`` counts the MTP layers too,
-``{arch}.nextn_predict_layers`` is added (before the linear-attention keys), per-layer arrays get one entry per
-MTP layer (an MTP layer is full attention), and ``general.size_label`` / ``general.file_type``
+``{arch}.nextn_predict_layers`` is added (where the family's converter class writes it: before
+the linear-attention keys for Qwen3.5, after the family's own keys for GLM and Nemotron-H),
+per-layer arrays get one entry per MTP layer (an MTP layer is full attention; a family names the
+arrays its converter also extends, with the block's entry, e.g. Nemotron-H's KV heads and MoE
+width), and ``general.size_label`` / ``general.file_type``
 describe the file's own tensors. A trunk with the MTP block appended (``gguf-tail``) gets the
 same layer keys and keeps the trunk's file type.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Mapping
+
 import gguf
 
+from ..families.spec import FamilySpec
 from .gguffile import KV
 
 U32 = gguf.GGUFValueType.UINT32
 
-#: per-layer arrays and the value an MTP layer takes in them
+#: per-layer arrays every architecture extends, and the value an MTP layer takes in them (a
+#: family adds its own: ``FamilySpec.gguf_layer_arrays``, filled by :func:`mtp_meta`)
 PER_LAYER_ARRAYS: dict[str, object] = {"{arch}.attention.recurrent_layers": False}
+#: where ``nextn_predict_layers`` goes when no family is given (``FamilySpec.gguf_nextn_before``'s default)
+NEXTN_BEFORE: tuple[str, ...] = ("{arch}.ssm.", "general.quantization_version")
 
 
-def with_mtp_layers(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int) -> dict[str, KV]:
+@dataclass(frozen=True)
+class MtpMeta:
+    """What the family says about the metadata of its MTP layers: the per-layer arrays' entry
+    for an MTP block (key with ``{arch}`` -> value) and where the layer count is written."""
+
+    layer_entries: Mapping[str, object] = field(default_factory=dict)
+    nextn_before: tuple[str, ...] = NEXTN_BEFORE
+
+
+def mtp_meta(spec: FamilySpec, dims: Mapping[str, int]) -> MtpMeta:
+    """The family's rules for its MTP block's metadata, the per-layer entries filled from the
+    source's dimensions (``dims``: the family's shape symbols)."""
+    return MtpMeta({f"{{arch}}.{k}": dims[sym] for k, sym in spec.gguf_layer_arrays.items()}, spec.gguf_nextn_before)
+
+
+def _anchor(kv: dict[str, KV], arch: str, before: tuple[str, ...]) -> str | None:
+    """The key the converter writes ``nextn_predict_layers`` in front of (None: at the end)."""
+    for prefix in (p.format(arch=arch) for p in before):
+        hit = next((k for k in kv if k.startswith(prefix)), None)
+        if hit is not None:
+            return hit
+    return None
+
+
+def with_mtp_layers(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int, meta: MtpMeta = MtpMeta()) -> dict[str, KV]:
+    """The trunk's metadata for ``n_mtp`` MTP blocks after its ``n_trunk``: the block count,
+    the layer count where ``meta`` says the converter writes it, the per-layer arrays extended."""
     out: dict[str, KV] = {}
     nextn = f"{arch}.nextn_predict_layers"
-    # where the converter writes it: after the family's own keys, before the recurrent ones
-    anchor = next((k for k in kv if k.startswith(f"{arch}.ssm.")), "general.quantization_version")
+    anchor = _anchor(kv, arch, meta.nextn_before)
+    fills = {t.format(arch=arch): v for t, v in {**PER_LAYER_ARRAYS, **meta.layer_entries}.items()}
     for k, v in kv.items():
         if k == nextn:
             continue
@@ -32,9 +68,8 @@ def with_mtp_layers(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int) -> d
             out[nextn] = KV(n_mtp, U32)
         if k == f"{arch}.block_count":
             v = KV(n_trunk + n_mtp, v.type)
-        for tmpl, fill in PER_LAYER_ARRAYS.items():
-            if k == tmpl.format(arch=arch) and isinstance(v.value, list) and len(v.value) == n_trunk:
-                v = KV(list(v.value) + [fill] * n_mtp, v.type, v.sub_type)
+        if k in fills and isinstance(v.value, list) and len(v.value) == n_trunk:
+            v = KV(list(v.value) + [fills[k]] * n_mtp, v.type, v.sub_type)
         out[k] = v
     if nextn not in out:
         out[nextn] = KV(n_mtp, U32)
@@ -53,8 +88,8 @@ def size_label(tensors: list[tuple[str, tuple[int, ...]]], expert_count: int) ->
 
 
 def mtp_only_kv(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int, file_type: int,
-                tensors: list[tuple[str, tuple[int, ...]]], expert_count: int) -> dict[str, KV]:
-    out = with_mtp_layers(kv, arch, n_trunk, n_mtp)
+                tensors: list[tuple[str, tuple[int, ...]]], expert_count: int, meta: MtpMeta = MtpMeta()) -> dict[str, KV]:
+    out = with_mtp_layers(kv, arch, n_trunk, n_mtp, meta)
     if "general.file_type" in out:
         out["general.file_type"] = KV(int(file_type), out["general.file_type"].type)
     if "general.size_label" in out:

@@ -10,12 +10,12 @@ the source key); they are checked against llama.cpp's own converter in the tests
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Mapping
 
 import gguf
 
 from ..families import FAMILIES
-from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role
+from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role, Row
 from ..passes.mla import GGUF_SPLITS
 
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
@@ -74,6 +74,8 @@ TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
     Role.KV_A_NORM: (_T.ATTN_KV_A_NORM, "weight"),
     Role.K_B: (_T.ATTN_K_B, "weight"),
     Role.V_B: (_T.ATTN_V_B, "weight"),
+    Role.LATENT_DOWN: (_T.MOE_LATENT_DOWN, "weight"),
+    Role.LATENT_UP: (_T.MOE_LATENT_UP, "weight"),
 }
 #: the row a role takes in an architecture whose tensor list (gguf-py's ``MODEL_TENSORS``) lacks
 #: its default one: DeepSeek-2's layers call the post-attention norm ``ffn_norm``
@@ -179,6 +181,16 @@ def gguf_dims(get: Callable[[str], int], vocab: int, spec: FamilySpec) -> dict[s
     return {**out, **(spec.derived_dims(out) if spec.derived_dims else {})}
 
 
+def _stated_switch(row: Row, spec: FamilySpec, dims: Mapping[str, int]) -> bool | None:
+    """Whether a row that a config key switches on is in the block, where that key is a
+    dimension the GGUF states (Nemotron-H's ``moe_latent_size``: absent or 0 is off); None where
+    the GGUF cannot tell (GLM's ``attention_bias``: the block may hold the tensor or not)."""
+    sym = next((s for s, k in spec.dim_keys.items() if k == row.when), None)
+    if sym is None or sym not in dim_keys(spec):
+        return None
+    return bool(dims.get(sym))
+
+
 def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tuple[int, ...]], set[str]]:
     """The MTP block as llama.cpp loads it, from the family's rows: (GGUF name relative to
     ``blk.{n}.`` -> shape in numpy order, names a block may also hold: optional tensors and
@@ -189,10 +201,11 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
     rows = [*spec.head_rows, *spec.layer_rows, *spec.mlp_rows, *spec.expert_rows.get(STACKED, ())]
     for r in rows:
         split = GGUF_SPLITS.get(r.role)
+        on = _stated_switch(r, spec, dims) if r.when is not None else None
         for role, shape in split.parts if split else ((r.role, r.shape),):
-            if role not in names:
+            if role not in names or on is False:
                 continue
-            if r.optional or r.when is not None:
+            if r.optional or (r.when is not None and on is None):
                 maybe.add(names[role])
             else:
                 want[names[role]] = tuple(dims[s] for s in shape)

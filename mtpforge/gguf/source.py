@@ -22,7 +22,7 @@ from .names import ARCH, dim_keys
 CHECKED_DIMS: dict[str, str] = {
     "H": "embedding_length", "NH": "attention heads", "KV": "kv heads", "D": "head dim", "E": "expert count",
     "RQ": "query rank", "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim",
-    "VD": "value head dim",
+    "VD": "value head dim", "L": "latent size",
 }
 
 
@@ -68,7 +68,9 @@ def check_trunk_matches(trunk: GgufFile, src: SourceHead, n_trunk: int) -> None:
         if want is None or have is None:
             continue
         if isinstance(have, list):
-            have = have[0] if have else None
+            # a per-layer array (hybrid trunks: 0 on the layers without that part): the value
+            # the layers that have it take
+            have = max(have) if have else None
         if int(have) != int(want):
             raise RefusedError(f"trunk and source differ in {label} ({have} vs {want}): the head would not fit",
                                "pass the original checkpoint of the same model size as --source")
