@@ -138,7 +138,7 @@ def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     import numpy as np
 
     from mtpforge.families.spec import Role
-    from mtpforge.passes.mla import GGUF_SPLITS, split_kv_b
+    from mtpforge.passes.mla import SPLITS, split_kv_b
 
     d = {"NH": 3, "NOPE": 4, "VD": 5, "RKV": 6}
     w = np.arange(3 * 9 * 6, dtype=np.float32).reshape(27, 6)
@@ -146,6 +146,6 @@ def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     assert k_b.shape == (3, 6, 4) and v_b.shape == (3, 5, 6)
     for h in range(3):
         assert np.array_equal(k_b[h], w[h * 9:h * 9 + 4].T) and np.array_equal(v_b[h], w[h * 9 + 4:(h + 1) * 9])
-    assert [tuple(d[s] for s in shape) for _, shape in GGUF_SPLITS[Role.KV_B_PROJ].parts] == [k_b.shape, v_b.shape]
+    assert [tuple(d[s] for s in shape) for _, shape in SPLITS[Role.KV_B_PROJ].parts] == [k_b.shape, v_b.shape]
     with pytest.raises(ValueError):
         split_kv_b(w[:-1], d)

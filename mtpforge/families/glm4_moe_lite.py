@@ -72,6 +72,10 @@ def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
 
 
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
+#: the absorbed MLA matrices mlx-lm's ``Glm4MoeLiteAttention`` holds instead of ``kv_b_proj``
+#: (its sanitize, and MTPLX's glm_mtp on load, split the stored matrix into them): the decoder
+#: layer's module paths of llama.cpp's ``attn_k_b`` / ``attn_v_b`` parts (passes/mla.py)
+MLX_LAYER_PARTS = {Role.K_B: "self_attn.embed_q", Role.V_B: "self_attn.unembed_out"}
 
 #: GLM-4.5's spec with MLA attention: the same NextN prefix, counts, raw norms and MoE rows
 GLM4_MOE_LITE = replace(
@@ -79,9 +83,10 @@ GLM4_MOE_LITE = replace(
     name="glm4_moe_lite",
     model_types=("glm4_moe_lite",),
     layer_rows=LAYER_ROWS,
-    mlx_head_prefixes=(),
-    # no MLX layout yet: the GGUF output formats only
-    layouts=(),
+    # the sidecar MTPLX's glm_mtp reads, in the source's own names as for GLM-4.5: it splits
+    # ``kv_b_proj`` itself on load, as mlx-lm's sanitize does (docs/families/glm4_moe_lite.md)
+    mlx_layer_parts=MLX_LAYER_PARTS,
+    mask_as_array=True,
     mlx_lm_classes=_classes,
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,

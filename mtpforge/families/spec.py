@@ -175,6 +175,15 @@ class FamilySpec:
     #: that dimension (MLA is written as MQA: its ``head_count_kv`` / ``key_length`` are not the
     #: config's)
     gguf_dim_keys: Mapping[str, "str | None"] = field(default_factory=dict)
+    #: part role -> module path (``{i}``: the MTP layer) in mlx-lm's decoder layer, for a tensor
+    #: the family stores whole and mlx-lm's sanitize splits (MLA's ``kv_b_proj`` into the
+    #: absorbed ``K_B`` / ``V_B``): what the bundled decoder splits on load (passes/mla.py);
+    #: empty: the decoder layer holds the stored tensors as they are
+    mlx_layer_parts: Mapping[Role, str] = field(default_factory=dict)
+    #: the decoder layer takes its attention mask as an array, never mlx-lm's ``"causal"``
+    #: shorthand (MLA's attention adds the mask to its rope scores itself: mlx-lm's
+    #: ``glm4_moe_lite`` model and MTPLX's head build it with ``return_array=True``)
+    mask_as_array: bool = False
 
     @property
     def is_nextn(self) -> bool:
