@@ -6,8 +6,10 @@ and MoE (sigmoid router with its score-correction bias, per-expert experts, one 
 but DeepSeek-style MLA attention: a low-rank query (``q_a_proj`` -> ``q_a_layernorm`` ->
 ``q_b_proj``), a compressed key/value (``kv_a_proj_with_mqa`` -> ``kv_a_layernorm`` ->
 ``kv_b_proj``) and ``o_proj``. llama.cpp's converter writes it as ``deepseek2`` and splits
-``kv_b_proj`` into ``attn_k_b`` / ``attn_v_b`` (passes/mla.py). Norms are raw, copied as
-stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
+``kv_b_proj`` into ``attn_k_b`` / ``attn_v_b`` (passes/mla.py). In an MLX folder the head is
+GLM-4.5's sidecar for MTPLX's ``glm_mtp``, ``kv_b_proj`` kept whole: MTPLX splits it into mlx-lm's
+``embed_q`` / ``unembed_out`` on load, and so does the bundled decoder (``mlx_layer_parts``).
+Norms are raw, copied as stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
 (``q_lora_rank: null``) is not described: llama.cpp refuses such a trunk (measured).
 """
 
