@@ -74,6 +74,10 @@ NORM_ROLES = frozenset({
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
+#: tensors mlx-lm's ``convert`` leaves in the source's float dtype (its GLM and DeepSeek models'
+#: ``cast_predicate``): the sigmoid router's score-correction bias, float32 in the releases,
+#: whose rounding to bf16 can change which experts a token is routed to
+UNCAST_ROLES = frozenset({Role.ROUTER_BIAS})
 #: expert tensors in any format (one per expert, fused, or stacked)
 EXPERT_ROLES = frozenset({Role.EXPERT_GATE, Role.EXPERT_UP, Role.EXPERT_DOWN, Role.EXPERTS_GATE_UP, Role.EXPERTS_DOWN})
 #: a fused gate+up stack holds these two roles, gate rows first (docs/SPEC.md §2)
