@@ -12,6 +12,7 @@ shared checks are GLM-4.5's (tests/glm_mlx_judged.py); this module adds what MLA
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,8 @@ def _ours_mla(folder: Path) -> dict[str, list]:
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"]], ids=["plain", "runtime-mtplx"])
+@pytest.mark.parametrize("extra", [[], ["--runtime", "mtplx"], ["--runtime", "mtplx", "--precision", "8"]],
+                         ids=["plain", "runtime-mtplx", "runtime-mtplx-8bit"])
 def test_mtplx_drafts_with_the_head_mtpforge_writes(flash, extra: list[str]) -> None:
     """Plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (the layer at the
     model's 4 bits, ``eh_proj`` and the router float): MTPLX loads the head, drafts and decodes
@@ -95,8 +97,29 @@ def test_mtplx_drafts_with_the_head_mtpforge_writes(flash, extra: list[str]) -> 
     assert _ours_mla(folder) == theirs
 
 
-def test_inspect_finds_the_head_mlx_lm_convert_dropped(flash) -> None:
+@pytest.mark.xdist_group("conformance")
+def test_inspect_predicts_that_mtplx_cannot_load_a_head_off_the_models_bits(flash) -> None:
+    """``--layout sidecar --precision 8`` in a 4-bit model (the layout's own rule, per-path
+    entries MTPLX's glm_mtp does not read): inspect --runtime mtplx says it will not load, and
+    MTPLX indeed does not draft with it."""
+    judged.require_mtplx()
+    folder = flash["root"] / "mtplx-8bit-sidecar"
+    shutil.copytree(flash["mlx"], folder)
+    judged.add_mtp(flash["src"], folder, "--layout", "sidecar", "--precision", "8")
+    rep = json.loads(judged.mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx").stdout)
+    assert [f["code"] for f in rep["findings"]] == ["RUNTIME_QUANT_UNSUPPORTED"], rep["findings"]
+    p = judged.mtplx_run(judged.MTPLX_PROBE, folder)
+    assert p.returncode != 0 or not json.loads(p.stdout.strip().splitlines()[-1])["mtp_enabled"], p.stdout
+
+
+def test_inspect_finds_the_head_mlx_lm_convert_dropped_and_names_the_source_for_it(flash) -> None:
+    """The converted folder: ``MTP_CONFIG_WITHOUT_WEIGHTS`` with the add-mtp command naming the
+    release; the source itself: a source for add-mtp into an MLX folder (no longer GGUF only)."""
     judged.inspect_finds_the_dropped_head(flash["mlx"], "glm4_moe_lite", "zai-org/GLM-4.7-Flash")
+    (f,) = json.loads(judged.mtpforge("inspect", str(flash["src"]), "--json").stdout)["findings"]
+    assert f["code"] == "HF_SOURCE_CHECKPOINT" and "RMSNorms are raw" in f["message"]
+    assert f["fix"].startswith(f"put its head into your MLX conversion: mtpforge add-mtp --source {flash['src']} "
+                               "--target <your MLX folder>"), f["fix"]
 
 
 @pytest.mark.parametrize("runtime", ["vllm-mlx", "mlx-vlm", "exo"])
