@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
-from .families.spec import STACKED, FamilySpec, Role
+from .families.spec import STACKED, UNCAST_ROLES, FamilySpec, Role
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
@@ -26,6 +26,8 @@ from .writer.safetensors_stream import TensorSpec
 
 #: source dtypes that pass through a cast unchanged in meaning
 FLOAT_SOURCE_DTYPES = ("BF16", "F16", "F32")
+#: a float source dtype -> the output float dtype that keeps it
+_KEEP_FLOAT = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,8 @@ def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, s
                   predicate: Any, float_dtype: str) -> list[OutModule]:
     """Every output module: a stack per MTP layer and expert role when the experts are stacked,
     else one per source tensor; norms carry the family's offset. Tensors no MLX runtime reads
-    (``FamilySpec.unread_in_mlx``) are neither fetched nor written."""
+    (``FamilySpec.unread_in_mlx``) are neither fetched nor written; those mlx-lm's convert does
+    not cast (``UNCAST_ROLES``) keep the source's float dtype."""
     modules: list[OutModule] = []
     done_stacks: set[int] = set()
     for bare in sorted(entries):
@@ -349,7 +352,8 @@ def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, s
             sl = [SliceRef(bare, e * per, (e + 1) * per, info.shape[1:]) for e in range(info.shape[0])]
         else:
             sl = [SliceRef(bare, 0, info.nbytes, info.shape)]
-        modules.append(OutModule(mod, has_w, info.shape, predicate(mod, info.shape), float_dtype,
+        dtype = _KEEP_FLOAT.get(info.dtype, float_dtype) if spec.role_of(bare) in UNCAST_ROLES else float_dtype
+        modules.append(OutModule(mod, has_w, info.shape, predicate(mod, info.shape), dtype,
                                  spec.is_norm_key(bare), sl, spec.offset_of(bare)))
     return modules
 

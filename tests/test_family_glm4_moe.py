@@ -21,11 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import external, gguf_env
+from tests import gguf_env
+from tests import glm_mlx_judged as judged
 
-DRIVERS = Path(__file__).resolve().parent / "conformance" / "drivers"
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import setup_runtimes  # noqa: E402  (a script: standard library only)
 N = 2  # the tiny model's num_hidden_layers: the NextN layer is model.layers.2
 
 
@@ -40,18 +38,9 @@ def glm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "src": src, "mlx": mlx}
 
 
-def _source_tensors(src: Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    out: dict[str, np.ndarray] = {}
-    for f in sorted(src.glob("model*.safetensors")):
-        out.update(load_file(f))
-    return out
-
-
 def test_the_tiny_checkpoint_has_glm45s_nextn_layer(glm) -> None:
     cfg = json.loads((glm["src"] / "config.json").read_text())
-    keys = set(_source_tensors(glm["src"]))
+    keys = set(judged.source_tensors(glm["src"]))
     nextn = {k[len(f"model.layers.{N}."):] for k in keys if k.startswith(f"model.layers.{N}.")}
     assert cfg["model_type"] == "glm4_moe" and cfg["num_nextn_predict_layers"] == 1 and cfg["num_hidden_layers"] == N
     assert {"eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "shared_head.head.weight",
@@ -89,7 +78,7 @@ def test_llama_cpp_mtp_export_names_metadata_and_raw_norms(glm) -> None:
                                                   "embed_tokens")} <= names
     assert all(n.startswith(f"blk.{N}.") or n in ("token_embd.weight", "output_norm.weight", "output.weight") for n in names)
     assert not any(x.name.startswith(f"blk.{N}.") for x in t.tensors)
-    src = _source_tensors(glm["src"])
+    src = judged.source_tensors(glm["src"])
     by_name = {x.name: x for x in r.tensors}
     for g, s in [(f"blk.{N}.nextn.enorm.weight", "enorm.weight"), (f"blk.{N}.nextn.hnorm.weight", "hnorm.weight"),
                  (f"blk.{N}.nextn.shared_head_norm.weight", "shared_head.norm.weight"),
@@ -111,32 +100,7 @@ def test_llama_server_drafts_with_the_official_mtp_file_and_tail_exactly_as_plai
     assert tail["drafted"] > 0 and tail["tokens"] == plain["tokens"]
 
 
-MTPLX_PROBE = """
-import json, sys
-sys.path.insert(0, sys.argv[2])
-import standins
-standins.libsystem()
-from mtplx import runtime as R
-from mtplx.generation import generate_ar, generate_mtpk
-from mtplx.sampling import SamplerConfig
-greedy = dict(sampler=SamplerConfig(temperature=0.0, top_p=1.0, top_k=0), stop_token_ids=set())
-rt = R.load(sys.argv[1], mtp=True)
-standins.float32_expert_stacks(rt.model)
-prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]]
-plain = [generate_ar(rt, p, max_tokens=24, **greedy).tokens for p in prompts]
-res = [generate_mtpk(rt, p, max_tokens=24, speculative_depth=1, mtp_hidden_variant="post_norm",
-                     mtp_cache_policy="persistent", mtp_history_policy="committed", **greedy) for p in prompts]
-print(json.dumps({"mtp_enabled": bool(getattr(rt, "mtp_enabled", False)), "model": type(rt.model).__name__,
-                  "identical": [r.tokens for r in res] == plain,
-                  "drafted": sum(int(r.stats.drafted_tokens) for r in res)}))
-"""
-
-
-def _mtplx_drafts(folder: Path) -> dict:
-    r = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+MTPLX_PROBE = judged.MTPLX_PROBE
 
 
 @pytest.mark.xdist_group("conformance")
@@ -146,12 +110,12 @@ def test_mtplx_glm_mtp_drafts_from_a_sidecar_of_the_nextn_layer_in_source_names(
     only modules stored with scales) and drafts with output identical to its plain decode."""
     import mlx.core as mx
 
-    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    judged.require_mtplx()
     folder = glm["root"] / "mtplx"
     shutil.copytree(glm["mlx"], folder)
-    head = {k: mx.array(v) for k, v in _source_tensors(glm["src"]).items() if k.startswith(f"model.layers.{N}.")}
+    head = {k: mx.array(v) for k, v in judged.source_tensors(glm["src"]).items() if k.startswith(f"model.layers.{N}.")}
     mx.save_safetensors(str(folder / "mtp.safetensors"), head, metadata={"format": "mlx"})
-    got = _mtplx_drafts(folder)
+    got = judged.mtplx_drafts(folder)
     assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
 
 
@@ -163,22 +127,8 @@ def test_mtplx_drafts_with_the_head_mtpforge_writes(glm, extra: list[str]) -> No
     what plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (MTPLX's template:
     the layer at the model's bits) write, drafts, and decodes exactly as its plain decode; inspect
     finds nothing and verify's decode is identical too."""
-    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
-    folder = glm["root"] / f"ours-{'-'.join(extra) or 'plain'}"
-    shutil.copytree(glm["mlx"], folder)
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
-                        "--json", *extra], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    assert (folder / "mtp.safetensors").is_file() and json.loads(r.stdout)["layout"] == "sidecar"
-    got = _mtplx_drafts(folder)
-    assert got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
-    rep = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", "mtplx"],
-                         capture_output=True, text=True, env=env)
-    assert rep.returncode == 0 and json.loads(rep.stdout)["findings"] == [], rep.stdout
-    v = subprocess.run([sys.executable, "-m", "mtpforge", "verify", str(folder), "--generate", "--json", "--max-tokens", "24"],
-                       capture_output=True, text=True, env=env)
-    assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
+    judged.require_mtplx()
+    judged.mtplx_judges_the_head(glm["src"], glm["mlx"], glm["root"] / f"ours-{'-'.join(extra) or 'plain'}", extra)
 
 
 @pytest.mark.xdist_group("conformance")
@@ -186,30 +136,20 @@ def test_inspect_predicts_what_mtplx_does_with_a_head_off_the_models_bits(glm) -
     """``--layout sidecar --precision 8`` (the layout's own rule: 8-bit head and routers in a
     4-bit model, per-path entries) is a head MTPLX's glm_mtp cannot load — it reads no per-path
     entry — and inspect --runtime mtplx says so before anyone tries."""
-    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    judged.require_mtplx()
     folder = glm["root"] / "mtplx-8bit-sidecar"
     shutil.copytree(glm["mlx"], folder)
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
-                        "--layout", "sidecar", "--precision", "8"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", "mtplx"],
-                                    capture_output=True, text=True, env=env).stdout)
+    judged.add_mtp(glm["src"], folder, "--layout", "sidecar", "--precision", "8")
+    rep = json.loads(judged.mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx").stdout)
     assert [f["code"] for f in rep["findings"]] == ["RUNTIME_QUANT_UNSUPPORTED"], rep["findings"]
-    p = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", MTPLX_PROBE, str(folder), str(DRIVERS)],
-                       capture_output=True, text=True, timeout=600)
+    p = judged.mtplx_run(MTPLX_PROBE, folder)
     assert p.returncode != 0 or not json.loads(p.stdout.strip().splitlines()[-1])["mtp_enabled"], p.stdout
 
 
 def test_inspect_finds_the_head_mlx_lm_convert_dropped(glm) -> None:
     """The converted folder declares a NextN layer and stores none: the finding, with the
     add-mtp command that fixes it (a GLM repo as the example source)."""
-    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(glm["mlx"]), "--json"], capture_output=True,
-                       text=True, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
-    rep = json.loads(r.stdout)
-    (f,) = rep["findings"]
-    assert r.returncode == 1 and rep["family"] == "glm4_moe" and f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS"
-    assert f["fix"] == f"mtpforge add-mtp --source <original Hugging Face repo, e.g. zai-org/GLM-4.5-Air> --target {glm['mlx']}"
+    judged.inspect_finds_the_dropped_head(glm["mlx"], "glm4_moe", "zai-org/GLM-4.5-Air")
 
 
 @pytest.mark.parametrize("runtime", ["vllm-mlx", "mlx-vlm", "exo"])
@@ -217,26 +157,8 @@ def test_runtimes_that_do_not_draft_glm_say_so(glm, runtime: str) -> None:
     """inspect --runtime on a GLM folder with its head: the runtime's own words for why it has no
     MTP path for the family; add-mtp --runtime refuses where the runtime's layout is not one the
     family has, in one line, and touches nothing."""
-    from tests.test_hostile import error_lines, tree_state
-
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    folder = glm["root"] / f"nodraft-{runtime}"
-    if not folder.exists():
-        shutil.copytree(glm["mlx"], folder)
-        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder)],
-                           capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(folder), "--json", "--runtime", runtime],
-                       capture_output=True, text=True, env=env)
-    codes = {f["code"]: f for f in json.loads(r.stdout)["findings"]}
-    assert "RUNTIME_NO_MTP" in codes and "GLM" in codes["RUNTIME_NO_MTP"]["message"], r.stdout
-    if runtime != "exo":  # exo reads the sidecar layout: it is written, with a note that exo will not draft it
-        before = tree_state(folder)
-        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(folder),
-                            "--runtime", runtime, "--force"], capture_output=True, text=True, env=env)
-        lines = error_lines(r.stderr)
-        assert r.returncode == 2 and len(lines) == 1 and "no MTP path for glm4_moe" in lines[0], r.stderr
-        assert tree_state(folder) == before
+    judged.runtime_says_it_does_not_draft(glm["src"], glm["mlx"], glm["root"] / f"nodraft-{runtime}", runtime,
+                                          "glm4_moe", "GLM")
 
 
 def test_add_mtp_from_the_hub_fetches_only_the_tensors_the_mlx_head_is_made_of(glm, hub, tmp_path: Path) -> None:
@@ -245,22 +167,10 @@ def test_add_mtp_from_the_hub_fetches_only_the_tensors_the_mlx_head_is_made_of(g
     not among them; the folder written equals the one from the local source."""
     from safetensors import safe_open
 
-    repo, _ = hub.publish(glm["src"])
-    src = _source_tensors(glm["src"])
     p = f"model.layers.{N}."
-    head = sum(v.nbytes for k, v in src.items() if k.startswith(p) and not k.endswith("embed_tokens.weight"))
-    folder, local = tmp_path / "hub", tmp_path / "local"
-    shutil.copytree(glm["mlx"], folder)
-    shutil.copytree(glm["mlx"], local)
-    hub.server.clear_log()
-    r = hub.run("add-mtp", "--source", repo, "--target", str(folder))
-    assert r.code == 0, r.stderr
-    assert 0 < hub.tensor_bytes(repo) <= 1.01 * head and r.json["fetched_bytes"] == hub.tensor_bytes(repo)
-    keys = set(safe_open(str(folder / "mtp.safetensors"), "np").keys())
+    judged.hub_fetches_only_the_sidecars_tensors(hub, glm["src"], glm["mlx"], tmp_path, p, ("embed_tokens.weight",))
+    keys = set(safe_open(str(tmp_path / "hub" / "mtp.safetensors"), "np").keys())
     assert f"{p}eh_proj.weight" in keys and f"{p}shared_head.head.weight" in keys and f"{p}embed_tokens.weight" not in keys
-    subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(glm["src"]), "--target", str(local)],
-                   check=True, capture_output=True)
-    assert (folder / "mtp.safetensors").read_bytes() == (local / "mtp.safetensors").read_bytes()
 
 
 TRAINED = Path(__file__).resolve().parent / "data" / "tiny-glm4_moe-trained"
@@ -280,7 +190,7 @@ def test_mtplx_accepts_the_trained_glm_head_as_verify_counts(extra: list[str], t
     from tests.conformance.harness import prompts_ids
     from tests.support.synth import convert_to_mlx
 
-    external.require("mtplx", setup_runtimes.is_ready("mtplx"), f"no virtualenv at {setup_runtimes.venv_dir('mtplx')}")
+    judged.require_mtplx()
     folder = convert_to_mlx(TRAINED, tmp_path / "glm-trained-4bit", q_bits=4, q_group_size=32, dtype="float32")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(TRAINED), "--target", str(folder),
@@ -288,8 +198,7 @@ def test_mtplx_accepts_the_trained_glm_head_as_verify_counts(extra: list[str], t
     assert r.returncode == 0, r.stderr
     v = json.loads(subprocess.run([sys.executable, "-m", "mtpforge", "verify", str(folder), "--generate", "--json"],
                                   capture_output=True, text=True, env=env).stdout)
-    p = subprocess.run([str(setup_runtimes.venv_python("mtplx")), "-c", ACCEPT_PROBE, str(folder), str(DRIVERS),
-                        json.dumps(prompts_ids(folder))], capture_output=True, text=True, timeout=600)
+    p = judged.mtplx_run(ACCEPT_PROBE, folder, json.dumps(prompts_ids(folder)))
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["identical"] and v["identical"] is True

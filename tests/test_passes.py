@@ -138,7 +138,7 @@ def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     import numpy as np
 
     from mtpforge.families.spec import Role
-    from mtpforge.passes.mla import GGUF_SPLITS, split_kv_b
+    from mtpforge.passes.mla import SPLITS, split_kv_b
 
     d = {"NH": 3, "NOPE": 4, "VD": 5, "RKV": 6}
     w = np.arange(3 * 9 * 6, dtype=np.float32).reshape(27, 6)
@@ -146,6 +146,40 @@ def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     assert k_b.shape == (3, 6, 4) and v_b.shape == (3, 5, 6)
     for h in range(3):
         assert np.array_equal(k_b[h], w[h * 9:h * 9 + 4].T) and np.array_equal(v_b[h], w[h * 9 + 4:(h + 1) * 9])
-    assert [tuple(d[s] for s in shape) for _, shape in GGUF_SPLITS[Role.KV_B_PROJ].parts] == [k_b.shape, v_b.shape]
+    assert [tuple(d[s] for s in shape) for _, shape in SPLITS[Role.KV_B_PROJ].parts] == [k_b.shape, v_b.shape]
     with pytest.raises(ValueError):
         split_kv_b(w[:-1], d)
+
+
+@pytest.mark.parametrize("bits", [None, 4, 8])
+def test_the_decoder_splits_kv_b_proj_as_mlx_lms_sanitize_does(bits: int | None) -> None:
+    """The bundled decoder's layer is mlx-lm's: ``to_mlx_layer`` turns a stored ``kv_b_proj``
+    (float, or a quantized triplet) into exactly the ``embed_q`` / ``unembed_out`` mlx-lm's own
+    ``glm4_moe_lite`` sanitize makes of it (and MTPLX's glm_mtp, which repeats that code), and
+    leaves every other tensor as it is."""
+    import mlx.core as mx
+    from mlx_lm.models import glm4_moe_lite as mlm
+
+    from mtpforge.families import FAMILIES
+    from mtpforge.families.spec import Role
+    from mtpforge.passes.mla import to_mlx_layer
+
+    spec = FAMILIES["glm4_moe_lite"]
+    args = mlm.ModelArgs(vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=2,
+                         num_experts_per_tok=1, kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16,
+                         qk_nope_head_dim=64, v_head_dim=32)
+    w = mx.random.normal((2 * (64 + 32), 64), key=mx.random.key(0)).astype(mx.bfloat16)
+    kv_b, other = spec.module(Role.KV_B_PROJ), spec.key(Role.O_PROJ)
+    head = {f"{kv_b}.weight": w, other: w[:64]}
+    quant = {}
+    if bits:
+        packed = mx.quantize(w, group_size=64, bits=bits)
+        head.update(zip((f"{kv_b}.weight", f"{kv_b}.scales", f"{kv_b}.biases"), packed))
+        quant = {kv_b: {"bits": bits, "group_size": 64, "mode": "affine"}}
+    theirs = mlm.Model(args).sanitize({f"model.layers.0.{k}": v for k, v in head.items()})
+    ours, q = to_mlx_layer(spec, args, head, quant)
+    assert {f"model.layers.0.{k}" for k in ours} == set(theirs) and not any(k.startswith(kv_b) for k in ours)
+    for k, v in ours.items():
+        assert v.dtype == theirs[f"model.layers.0.{k}"].dtype and mx.array_equal(v, theirs[f"model.layers.0.{k}"]), k
+    assert set(q) == ({spec.mlx_layer_parts[Role.K_B], spec.mlx_layer_parts[Role.V_B]} if bits else set())

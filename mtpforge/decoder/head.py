@@ -25,6 +25,7 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from ..families.tables import mtp_layers_of
+from ..passes.mla import to_mlx_layer
 
 
 def _layer_factory(family: str, args: Any) -> Any:
@@ -129,10 +130,12 @@ def build_head(
 
         tensors = {k: v for k, v in tensors.items() if role(k) != Role.EMBED_TOKENS}
         own = any(role(k) == Role.SHARED_HEAD for k in tensors)
-        head = nextn_head(spec.head_layer(), args, own)
+        head = nextn_head(spec.head_layer(), args, own, spec.mask_as_array)
     else:
         head = MTPHead(family, args, 1 + max(mtp_layers_of(tensors, family), default=0))
-    quantize_like(head, quant or {})
+    # MLA's kv_b_proj is stored whole; mlx-lm's layer holds it split (as MTPLX splits it on load)
+    tensors, quant = to_mlx_layer(spec, args, tensors, quant or {})
+    quantize_like(head, quant)
     weights = []
     for k, v in tensors.items():
         if mx.issubdtype(v.dtype, mx.floating) and not k.endswith((".scales", ".biases")):

@@ -33,9 +33,10 @@ class SharedHead(nn.Module):
             self.head = nn.Linear(hidden, vocab, bias=False)
 
 
-def nextn_head(layer_class: type, args: Any, own_head: bool) -> nn.Module:
+def nextn_head(layer_class: type, args: Any, own_head: bool, mask_as_array: bool = False) -> nn.Module:
     """A NextN head over ``layer_class`` (the backbone's decoder layer), at the layer index the
-    release stores it under (``num_hidden_layers``: an MoE layer where the backbone has them)."""
+    release stores it under (``num_hidden_layers``: an MoE layer where the backbone has them).
+    ``mask_as_array``: the layer needs its causal mask as an array (MLA: ``FamilySpec.mask_as_array``)."""
 
     class NextNHead(layer_class):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
@@ -53,7 +54,7 @@ def nextn_head(layer_class: type, args: Any, own_head: bool) -> nn.Module:
                      layer: int = 0) -> mx.array:
             z = self.eh_proj(mx.concatenate([self.enorm(embeddings), self.hnorm(hidden)], axis=-1))
             c = cache[0] if cache is not None else None
-            z = super().__call__(z, mask=create_attention_mask(z, c), cache=c)
+            z = super().__call__(z, mask=create_attention_mask(z, c, return_array=mask_as_array), cache=c)
             return self.shared_head.norm(z)
 
         def logits(self, z: mx.array, backbone: Any) -> mx.array:

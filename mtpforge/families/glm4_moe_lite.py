@@ -6,8 +6,10 @@ and MoE (sigmoid router with its score-correction bias, per-expert experts, one 
 but DeepSeek-style MLA attention: a low-rank query (``q_a_proj`` -> ``q_a_layernorm`` ->
 ``q_b_proj``), a compressed key/value (``kv_a_proj_with_mqa`` -> ``kv_a_layernorm`` ->
 ``kv_b_proj``) and ``o_proj``. llama.cpp's converter writes it as ``deepseek2`` and splits
-``kv_b_proj`` into ``attn_k_b`` / ``attn_v_b`` (passes/mla.py). Norms are raw, copied as
-stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
+``kv_b_proj`` into ``attn_k_b`` / ``attn_v_b`` (passes/mla.py). In an MLX folder the head is
+GLM-4.5's sidecar for MTPLX's ``glm_mtp``, ``kv_b_proj`` kept whole: MTPLX splits it into mlx-lm's
+``embed_q`` / ``unembed_out`` on load, and so does the bundled decoder (``mlx_layer_parts``).
+Norms are raw, copied as stored (measured). The release's ``q_lora_rank`` is set; the ``q_proj`` variant
 (``q_lora_rank: null``) is not described: llama.cpp refuses such a trunk (measured).
 """
 
@@ -72,6 +74,10 @@ def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
 
 
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
+#: the absorbed MLA matrices mlx-lm's ``Glm4MoeLiteAttention`` holds instead of ``kv_b_proj``
+#: (its sanitize, and MTPLX's glm_mtp on load, split the stored matrix into them): the decoder
+#: layer's module paths of llama.cpp's ``attn_k_b`` / ``attn_v_b`` parts (passes/mla.py)
+MLX_LAYER_PARTS = {Role.K_B: "self_attn.embed_q", Role.V_B: "self_attn.unembed_out"}
 
 #: GLM-4.5's spec with MLA attention: the same NextN prefix, counts, raw norms and MoE rows
 GLM4_MOE_LITE = replace(
@@ -79,9 +85,10 @@ GLM4_MOE_LITE = replace(
     name="glm4_moe_lite",
     model_types=("glm4_moe_lite",),
     layer_rows=LAYER_ROWS,
-    mlx_head_prefixes=(),
-    # no MLX layout yet: the GGUF output formats only
-    layouts=(),
+    # the sidecar MTPLX's glm_mtp reads, in the source's own names as for GLM-4.5: it splits
+    # ``kv_b_proj`` itself on load, as mlx-lm's sanitize does (docs/families/glm4_moe_lite.md)
+    mlx_layer_parts=MLX_LAYER_PARTS,
+    mask_as_array=True,
     mlx_lm_classes=_classes,
     head_layer=_decoder_layer,
     dim_keys=DIM_KEYS,

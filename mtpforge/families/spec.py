@@ -79,6 +79,10 @@ NORM_ROLES = frozenset({
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
+#: tensors mlx-lm's ``convert`` leaves in the source's float dtype (its GLM and DeepSeek models'
+#: ``cast_predicate``): the sigmoid router's score-correction bias, float32 in the releases,
+#: whose rounding to bf16 can change which experts a token is routed to
+UNCAST_ROLES = frozenset({Role.ROUTER_BIAS})
 #: expert tensors in any format (one per expert, fused, or stacked)
 EXPERT_ROLES = frozenset({Role.EXPERT_GATE, Role.EXPERT_UP, Role.EXPERT_DOWN, Role.EXPERTS_GATE_UP, Role.EXPERTS_DOWN})
 #: a fused gate+up stack holds these two roles, gate rows first (docs/SPEC.md §2)
@@ -202,6 +206,15 @@ class FamilySpec:
     #: family's MTP block (Nemotron-H's router: the converter's F32 rule matches the block index
     #: it reads from the source name, and ``mtp.layers.1`` gives 1, not the block's)
     gguf_quantized_roles: frozenset[Role] = frozenset()
+    #: part role -> module path (``{i}``: the MTP layer) in mlx-lm's decoder layer, for a tensor
+    #: the family stores whole and mlx-lm's sanitize splits (MLA's ``kv_b_proj`` into the
+    #: absorbed ``K_B`` / ``V_B``): what the bundled decoder splits on load (passes/mla.py);
+    #: empty: the decoder layer holds the stored tensors as they are
+    mlx_layer_parts: Mapping[Role, str] = field(default_factory=dict)
+    #: the decoder layer takes its attention mask as an array, never mlx-lm's ``"causal"``
+    #: shorthand (MLA's attention adds the mask to its rope scores itself: mlx-lm's
+    #: ``glm4_moe_lite`` model and MTPLX's head build it with ``return_array=True``)
+    mask_as_array: bool = False
 
     @property
     def one_step(self) -> bool:

@@ -27,7 +27,7 @@ from ..families.spec import FUSED_PARTS, FamilySpec, Role
 from ..families.tables import dims, family_spec
 from ..passes.experts import parse_expert_key
 from ..passes.fp8 import dequantize_block_fp8
-from ..passes.mla import GGUF_SPLITS, split_part
+from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
 from ..plan import SliceRef, source_expert_slices
@@ -139,7 +139,7 @@ def _split(bare: str, whole: list[SliceRef], n_trunk: int, spec: FamilySpec, dm:
     for j, (name, part) in enumerate(split_names(bare, n_trunk, spec)):
         role = spec.role_of(bare)
         assert role is not None
-        shape = tuple(dm[s] for s in dict(GGUF_SPLITS[role].parts)[part])
+        shape = tuple(dm[s] for s in dict(SPLITS[role].parts)[part])
         out.append(HeadTensor(name, _type_for(name, shape, precision), shape, whole, 0.0, split_part(role, j, dm)))
     return out
 

@@ -16,7 +16,7 @@ import gguf
 
 from ..families import FAMILIES
 from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role, Row
-from ..passes.mla import GGUF_SPLITS
+from ..passes.mla import SPLITS
 
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
 ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
@@ -127,10 +127,10 @@ def split_names(bare: str, n_trunk: int, spec: FamilySpec) -> list[tuple[str, Ro
     """The GGUF tensors llama.cpp's converter writes in place of a source tensor it splits
     (``kv_b_proj`` -> ``attn_k_b``, ``attn_v_b``), with their roles; [] for any other tensor."""
     hit = spec.match(bare)
-    if hit is None or hit[0].role not in GGUF_SPLITS:
+    if hit is None or hit[0].role not in SPLITS:
         return []
     names = tensor_names(spec.gguf_arch)
-    return [(f"blk.{n_trunk + (hit[2] or 0)}.{names[part]}", part) for part, _ in GGUF_SPLITS[hit[0].role].parts]
+    return [(f"blk.{n_trunk + (hit[2] or 0)}.{names[part]}", part) for part, _ in SPLITS[hit[0].role].parts]
 
 
 def expert_name(role: Role, layer: int, n_trunk: int) -> str:
@@ -200,7 +200,7 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
     names = tensor_names(spec.gguf_arch)
     rows = [*spec.head_rows, *spec.layer_rows, *spec.mlp_rows, *spec.expert_rows.get(STACKED, ())]
     for r in rows:
-        split = GGUF_SPLITS.get(r.role)
+        split = SPLITS.get(r.role)
         on = _stated_switch(r, spec, dims) if r.when is not None else None
         for role, shape in split.parts if split else ((r.role, r.shape),):
             if role not in names or on is False:

@@ -45,9 +45,13 @@ class HeadLocation:
 
 def is_raw_hf(cat: Catalogue) -> bool:
     """A raw Hugging Face checkpoint, told the way mlx-lm tells it (the family's
-    ``is_raw_tensor``: Qwen's unsanitized conv1d [C, 1, K], or per-expert backbone experts)."""
-    tests = [s.is_raw_tensor for s in head_specs(cat.config) if s.is_raw_tensor is not None]
-    return any(t(k, tuple(info.shape)) for k, info in cat.tensors.items() for t in tests)
+    ``is_raw_tensor``: Qwen's unsanitized conv1d [C, 1, K], or per-expert backbone experts),
+    from the backbone's tensors only: a head may keep a tensor as the source stores it (the
+    GLM-4.7-Flash sidecar's whole ``kv_b_proj``, which MTPLX splits on load) in a converted folder."""
+    specs = head_specs(cat.config)
+    tests = [s.is_raw_tensor for s in specs if s.is_raw_tensor is not None]
+    head = tuple(p for s in specs for p in s.head_prefixes(cat.config))
+    return any(t(k, tuple(info.shape)) for k, info in cat.tensors.items() if not k.startswith(head) for t in tests)
 
 
 #: key prefixes that put a head in the embedded layout (the nested families' MLX spelling)

@@ -29,7 +29,7 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 #: precision that both MTPLX's templates and exo's single-precision rule load (measured:
 #: tests/conformance, "default" cells)
 PORTABLE = WriteRule("sidecar", DEFAULT, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16",
-                                                               "glm4_moe": "bf16"})
+                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
@@ -39,6 +39,22 @@ _NO_GLM = {
     "mlx-vlm": "mlx-vlm 0.7.10 has MTP drafters for Qwen3.5, GLM-5 and Nemotron-H, not GLM-4.x",
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not GLM-4.x",
 }
+#: the same for GLM-4.7-Flash (docs/families/glm4_moe_lite.md): mlx-vlm prepares a drafter for it
+#: and cannot build one (measured)
+_NO_GLM_FLASH = {
+    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not GLM-4.7-Flash",
+    "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not GLM-4.7-Flash",
+    "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not GLM-4.7-Flash",
+    "mlx-vlm": "mlx-vlm 0.7.10 splits a GLM-4.7-Flash drafter (glm4_moe_lite_mtp) but has no model for it: "
+               "\"module 'mlx_vlm.speculative.drafters.glm4_moe_lite_mtp' has no attribute 'Model'\"",
+    "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not GLM-4.7-Flash",
+}
+
+
+def _no_glm(runtime: str) -> dict[str, str]:
+    """A runtime's ``no_mtp`` entries for both GLM families."""
+    return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime]}
+
 
 _990 = WriteRule("embedded", QuantRule(default_quant, source_experts_note=(
     "MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form "
@@ -70,15 +86,16 @@ MLX_LM_MTP = RuntimeSpec(
     "mlx-lm-mtp", "mlx-lm's MTP branch (#990)", _990,
     layouts=("embedded",), expert_formats=SOURCE_EXPERTS, quantized_experts=False,
     no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (docs/SPEC.md §5: the embedded layout is for Qwen3.5/3.6)",
-            "glm4_moe": _NO_GLM["mlx-lm-mtp"]},
+            **_no_glm("mlx-lm-mtp")},
     mlx_lm="its own mlx-lm branch",
     version_checked="mlx-lm #990 (PR head, Aug 2026): docs/SPEC.md §5.1, not installable here",
 )
 MTPLX = RuntimeSpec(
     "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant),
-                                quant_by_family={"glm4_moe": QuantRule(mtplx_glm_quant)}),
+                                quant_by_family={"glm4_moe": QuantRule(mtplx_glm_quant),
+                                                 "glm4_moe_lite": QuantRule(mtplx_glm_quant)}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
-    quant_check={None: mtplx_loads, "glm4_moe": mtplx_glm_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
+    quant_check={None: mtplx_loads, "glm4_moe": mtplx_glm_loads, "glm4_moe_lite": mtplx_glm_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
@@ -92,7 +109,7 @@ VLLM_MLX = RuntimeSpec(
     expert_formats_by_family={"qwen3_5_moe": ("fused", "switch_mlp"), "qwen3_next": ("switch_mlp",)},
     no_mtp={"qwen3_next": "vllm-mlx 0.6.0 loads the head but never drafts Qwen3-Next: \"[MTP] disabled: mlx-lm "
                           "BatchGenerator lacks the _step hook\" (its own pinned mlx-lm 0.31.3)",
-            "glm4_moe": _NO_GLM["vllm-mlx"]},
+            **_no_glm("vllm-mlx")},
     quant_check={None: one_precision_loads, "qwen3_next": vllm_next_loads},
     norm_rule={"qwen3_5": below_half, "qwen3_5_moe": below_half},
     norm_markers={"manifest.json": {"artifact_schema_version": 1, "rmsnorm_weight_format": "mlx_gamma"}},
@@ -108,7 +125,7 @@ EXO = RuntimeSpec(
     WriteRule("sidecar", QuantRule(whole_head_quant)),
     layouts=("sidecar", "embedded"), layouts_by_family={"qwen3_next": ("sidecar", "vllm-mlx")},
     expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
-    no_mtp={"glm4_moe": _NO_GLM["exo"]},
+    no_mtp=_no_glm("exo"),
     mlx_lm="a fork of mlx-lm 0.31.3", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
     loop_cost="exo skips head-cache entries of accepted drafts (docs/SPEC.md §5.1: -6 to -16 points)",
     version_checked="exo #2110 (PR head 2c33a38f, May 2026): docs/SPEC.md §5.1, not installable here",
@@ -117,7 +134,7 @@ MLX_VLM = RuntimeSpec(
     "mlx-vlm", "mlx-vlm --draft-kind mtp", _DRAFTER, layouts=("mlx-vlm-drafter",), expert_formats=ALL_EXPERTS,
     mlx_lm="none (its own model code)",
     no_mtp={"qwen3_next": "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists "
-                          "qwen3_5_mtp, no qwen3_next_mtp)", "glm4_moe": _NO_GLM["mlx-vlm"]},
+                          "qwen3_5_mtp, no qwen3_next_mtp)", **_no_glm("mlx-vlm")},
     loop_cost="mlx-vlm 0.7.10 drafts about 20 points below the reference loop on the same head "
               "(measured; the cause is open, docs/RUNTIMES.md)",
     version_checked="mlx-vlm 0.7.10 (PyPI): measured by tests/conformance",
@@ -127,7 +144,7 @@ OMLX = RuntimeSpec(
     WriteRule("embedded", QuantRule(default_quant)),
     layouts=("embedded",), expert_formats=("switch_mlp",) + SOURCE_EXPERTS,
     no_mtp={"qwen3_next": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6",
-            "glm4_moe": _NO_GLM["omlx"]},
+            **_no_glm("omlx")},
 )
 LLAMA_CPP = RuntimeSpec(
     "llama.cpp", "llama.cpp --spec-type draft-mtp (GGUF: pass the .gguf trunk as --target)", None,
