@@ -27,44 +27,44 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .spec import FamilySpec, Role, Row
+from .spec import FamilySpec, MlxBackbone, Role, Row
 
 #: the NextN tensors: the input fusion on the first source block, the final norm on the last
 HEAD_ROWS = (
-    Row(Role.FC, "0.eh_proj.weight", ("H", "2H")),
-    Row(Role.PRE_FC_NORM_EMBEDDING, "0.enorm.weight", ("H",)),
-    Row(Role.PRE_FC_NORM_HIDDEN, "0.hnorm.weight", ("H",)),
-    Row(Role.FINAL_NORM, "1.final_layernorm.weight", ("H",)),
+    Row(Role.FC, "layers.0.eh_proj.weight", ("H", "2H")),
+    Row(Role.PRE_FC_NORM_EMBEDDING, "layers.0.enorm.weight", ("H",)),
+    Row(Role.PRE_FC_NORM_HIDDEN, "layers.0.hnorm.weight", ("H",)),
+    Row(Role.FINAL_NORM, "layers.1.final_layernorm.weight", ("H",)),
 )
 #: ``mtp.layers.0``: pre-norm and attention (no RoPE, no q/k norm, no biases)
 LAYER_ROWS = (
-    Row(Role.INPUT_NORM, "0.norm.weight", ("H",)),
-    Row(Role.Q_PROJ, "0.mixer.q_proj.weight", ("QD", "H")),
-    Row(Role.K_PROJ, "0.mixer.k_proj.weight", ("KD", "H")),
-    Row(Role.V_PROJ, "0.mixer.v_proj.weight", ("KD", "H")),
-    Row(Role.O_PROJ, "0.mixer.o_proj.weight", ("H", "QD")),
+    Row(Role.INPUT_NORM, "layers.0.norm.weight", ("H",)),
+    Row(Role.Q_PROJ, "layers.0.mixer.q_proj.weight", ("QD", "H")),
+    Row(Role.K_PROJ, "layers.0.mixer.k_proj.weight", ("KD", "H")),
+    Row(Role.V_PROJ, "layers.0.mixer.v_proj.weight", ("KD", "H")),
+    Row(Role.O_PROJ, "layers.0.mixer.o_proj.weight", ("H", "QD")),
 )
 #: ``mtp.layers.1``: pre-norm (llama.cpp's ``post_attention_norm`` of the folded block), the
 #: sigmoid router, the shared expert, and the latent projections where the MoE has them
 MLP_ROWS = (
-    Row(Role.POST_ATTENTION_NORM, "1.norm.weight", ("H",)),
-    Row(Role.ROUTER, "1.mixer.gate.weight", ("E", "H")),
-    Row(Role.ROUTER_BIAS, "1.mixer.gate.e_score_correction_bias", ("E",)),
-    Row(Role.SHARED_UP, "1.mixer.shared_experts.up_proj.weight", ("IS", "H")),
-    Row(Role.SHARED_DOWN, "1.mixer.shared_experts.down_proj.weight", ("H", "IS")),
-    Row(Role.LATENT_DOWN, "1.mixer.fc1_latent_proj.weight", ("L", "H"), when="moe_latent_size"),
-    Row(Role.LATENT_UP, "1.mixer.fc2_latent_proj.weight", ("H", "L"), when="moe_latent_size"),
+    Row(Role.POST_ATTENTION_NORM, "layers.1.norm.weight", ("H",)),
+    Row(Role.ROUTER, "layers.1.mixer.gate.weight", ("E", "H")),
+    Row(Role.ROUTER_BIAS, "layers.1.mixer.gate.e_score_correction_bias", ("E",)),
+    Row(Role.SHARED_UP, "layers.1.mixer.shared_experts.up_proj.weight", ("IS", "H")),
+    Row(Role.SHARED_DOWN, "layers.1.mixer.shared_experts.down_proj.weight", ("H", "IS")),
+    Row(Role.LATENT_DOWN, "layers.1.mixer.fc1_latent_proj.weight", ("L", "H"), when="moe_latent_size"),
+    Row(Role.LATENT_UP, "layers.1.mixer.fc2_latent_proj.weight", ("H", "L"), when="moe_latent_size"),
 )
 #: ReLU² experts: up and down only; ``X`` is the width they read and write (the latent size,
 #: else the hidden size)
 EXPERT_ROWS = {
     "per-expert": (
-        Row(Role.EXPERT_UP, "1.mixer.experts.{e}.up_proj.weight", ("IM", "X")),
-        Row(Role.EXPERT_DOWN, "1.mixer.experts.{e}.down_proj.weight", ("X", "IM")),
+        Row(Role.EXPERT_UP, "layers.1.mixer.experts.{e}.up_proj.weight", ("IM", "X")),
+        Row(Role.EXPERT_DOWN, "layers.1.mixer.experts.{e}.down_proj.weight", ("X", "IM")),
     ),
     "switch_mlp": (
-        Row(Role.EXPERT_UP, "1.mixer.switch_mlp.fc1.weight", ("E", "IM", "X")),
-        Row(Role.EXPERT_DOWN, "1.mixer.switch_mlp.fc2.weight", ("E", "X", "IM")),
+        Row(Role.EXPERT_UP, "layers.1.mixer.switch_mlp.fc1.weight", ("E", "IM", "X")),
+        Row(Role.EXPERT_DOWN, "layers.1.mixer.switch_mlp.fc2.weight", ("E", "X", "IM")),
     ),
 }
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
@@ -118,15 +118,16 @@ NEMOTRON_H = FamilySpec(
     expert_rows=EXPERT_ROWS,
     norm_roles=frozenset(),
     norm_offset=0.0,
-    hf_head_prefix="mtp.layers.",
-    head_file_prefix="mtp.layers.",
-    mlx_head_prefixes=(),
+    hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
+    # mlx-lm #1533 keeps the head in model*.safetensors under the source's prefix
+    mlx_head_prefixes=("mtp.",),
     count_keys=("num_nextn_predict_layers",),
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=False,
     nested_text_config=False,
-    # no MLX layout yet: the GGUF output formats only
-    layouts=(),
+    # the sidecar MTPLX's nemotron_h_mtp reads; embedded: mlx-lm #1533's form
+    layouts=("sidecar", "embedded"),
     mlx_lm_classes=_classes,
     lm_module_path=(),
     head_layer=_block,
@@ -149,4 +150,6 @@ NEMOTRON_H = FamilySpec(
     # measured: the MTP block's router is F16 / BF16 / Q8_0 in the converter's file (the
     # trunk's routers stay F32)
     gguf_quantized_roles=frozenset({Role.ROUTER}),
+    mlx_backbone=MlxBackbone(inner="backbone", embed="embeddings", final_norm="norm_f"),
+    mlx_head_blocks=("*", "E"),
 )

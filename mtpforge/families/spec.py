@@ -228,6 +228,10 @@ class FamilySpec:
     #: and its final norm (Nemotron-H: ``backbone`` / ``embeddings`` / ``norm_f``); the decoder
     #: taps the norm and embeds with the embedding
     mlx_backbone: MlxBackbone = MlxBackbone()
+    #: a hybrid head's blocks as mlx-lm's block class is built for them, in order (Nemotron-H:
+    #: attention then MoE, ``("*", "E")``, what every runtime drafting it requires); empty for a
+    #: head of one decoder layer (``decoder/hybrid.py`` builds the others)
+    mlx_head_blocks: tuple[str, ...] = ()
 
     @property
     def one_step(self) -> bool:
