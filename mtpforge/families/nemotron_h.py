@@ -6,10 +6,11 @@ trunk whose MTP head is two ordinary Nemotron-H blocks, ``mtp.layers.0`` (attent
 The two source blocks are one MTP step (``num_nextn_predict_layers`` 1, pattern ``*E``), and
 llama.cpp's converter folds them into one block ``blk.{N}``: layer 0's pre-norm is the block's
 ``attn_norm``, layer 1's its ``post_attention_norm``, ``final_layernorm`` its
-``nextn.shared_head_norm``. So the rows below spell the source's layer index literally (``0.``,
-``1.`` after the prefix ``mtp.layers.``) instead of an ``{i}`` placeholder: every row belongs to
-MTP step 0, i.e. to the one llama.cpp block, which is how the GGUF names come out right with no
-Nemotron case anywhere else.
+``nextn.shared_head_norm``. So the rows below spell the source's layer index literally
+(``layers.0.``, ``layers.1.`` after the prefix ``mtp.``) instead of an ``{i}`` placeholder: every
+row belongs to MTP step 0, i.e. to the one llama.cpp block, which is how the GGUF names come out
+right with no Nemotron case anywhere else; and the bare keys are mlx-lm's module paths of the
+head (``layers.1.mixer.switch_mlp.fc1``), as MTPLX and mlx-lm #1533 build it.
 
 Attention without rotary embedding (the q/k/v/o rows carry no norm or bias); the MoE is a sigmoid
 router with its score-correction bias, ReLU² experts with an up and a down projection only (no
@@ -18,9 +19,10 @@ projections into and out of the experts' latent space. Norms are raw (``w · x̂
 copies all five as stored (measured), so no offset.
 
 The head uses the trunk's ``backbone.embeddings`` and ``lm_head``; it has no copies of its own.
-MLX output is not written yet (``layouts = ()``); the ``switch_mlp`` rows spell the stacked
-experts as mlx-lm's ``SwitchMLP`` (``fc1`` / ``fc2``) names them in pull request #1533 and
-mlx-vlm's drafter, and are what llama.cpp's stacked ``ffn_*_exps`` are checked against.
+In MLX folders the head keeps the source's names: MTPLX's ``nemotron_h_mtp`` reads the sidecar,
+mlx-lm #1533 the embedded form; the ``switch_mlp`` rows spell the stacked experts as mlx-lm's
+``SwitchMLP`` (``fc1`` / ``fc2``) names them there and in mlx-vlm's drafter, and are what
+llama.cpp's stacked ``ffn_*_exps`` are checked against.
 """
 
 from __future__ import annotations
