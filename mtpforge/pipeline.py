@@ -483,6 +483,10 @@ def _validate(stage: StagedFolder, scan: Any, target: Path) -> dict[str, Any]:
     errors = [f for f in check["findings"] if f["severity"] == "error"]
     if errors:
         _refuse_validation(errors, target)
+    # the findings speak of the staged copy; the user's folder is what a fix must name
+    staged = str(stage.stage)
+    check["findings"] = [{k: v.replace(staged, str(target)) if isinstance(v, str) else v for k, v in f.items()}
+                         for f in check["findings"]]
     return check
 
 

@@ -18,7 +18,7 @@ from .families.tables import dims, expected_head, expert_format_of, family_spec,
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
-from .passes.experts import FUSED_OF, STACK_ROLES, expert_span, parse_expert_key
+from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
 from .runtimes.predict import BACKBONE_HARM, Placed, predict
@@ -339,7 +339,7 @@ def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, s
             if i in done_stacks:
                 continue
             done_stacks.add(i)
-            for role in STACK_ROLES:
+            for role in stack_roles(spec):
                 sl = source_expert_slices(role, i, src_fmt, entries, E, spec)
                 shape = (E,) + sl[0].shape
                 mod = spec.module(role, i)

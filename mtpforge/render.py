@@ -32,7 +32,7 @@ def render_findings(findings: list[dict[str, Any]], console: Console) -> None:
     t.add_column("what is wrong", overflow="fold")
     for f in findings:
         sev = f["severity"]
-        t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], f["message"])
+        t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], escape(f["message"]))
     console.print(t)
     # fixes below the table, one line each and never wrapped by rich, so a command copies whole
     for f in findings:
@@ -80,7 +80,7 @@ def render_add(r: dict[str, Any], console: Console) -> None:
     if r.get("dry_run"):
         console.print("[bold]plan[/bold] (dry run: nothing written, no tensor data downloaded)")
     for note in r.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if r.get("status") == "already-present":
         console.print("[green]already present[/green]: the head from this source and options is in place; nothing to do")
     t = Table(show_header=False)
@@ -133,7 +133,7 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
         t.add_row(k, str(v))
     console.print(t)
     for n in r.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {n}")
+        console.print(f"[yellow]note:[/yellow] {escape(n)}")
     for p in r.get("problems", []):
         console.print(f"[bold red]problem:[/bold red] {p}")
 
@@ -162,7 +162,7 @@ def render_run(r: dict[str, Any], console: Console) -> None:
         t.add_row(f"check {name}", f"[{style}]{verdict}[/]")
     console.print(t)
     for note in r.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if r.get("mode") == "validate":
         console.print("[green]valid[/green]: the recipe passes the schema and the static checks")
 
@@ -201,5 +201,5 @@ def render_convert(r: dict[str, Any], console: Console) -> None:
         t.add_row(k, str(v))
     console.print(t)
     for note in r.get("notes", []):
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     render_findings(r.get("findings", []), console)

@@ -220,3 +220,12 @@ def test_default_source_paths_do_not_exist_is_bad_input(make_target, tmp_path):
     with pytest.raises(InputError):
         add_mtp(source="Qwen/Qwen3.5-27B", target=str(tmp_path / "nope"), progress=False)
 
+
+
+def test_findings_after_add_mtp_name_the_users_folder_not_the_staged_copy(make_hf, make_target):
+    """add-mtp judges the staged copy before it commits; a finding's fix must name the folder the
+    user passed (the staged copy is gone once the run ends)."""
+    hf, tgt = make_hf("qwen3_5_moe"), make_target("qwen3_5_moe")
+    r = add_mtp(source=str(hf), target=str(tgt), layout="embedded", experts="switch_mlp", precision="4", progress=False)
+    fixes = [f["fix"] for f in r["inspect"]["findings"] if f.get("fix")]
+    assert fixes and all(f"--target {tgt}" in f and "mtpforge-stage" not in f for f in fixes), fixes

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests import gguf_env
-from tests import glm_mlx_judged as judged
+from tests import mlx_judged as judged
 
 N = 2  # the tiny model's num_hidden_layers: the NextN layer is model.layers.2
 

@@ -6,7 +6,7 @@ writes the sidecar MTPLX 2.12.2 reads, in the source's own names with MLA's ``kv
 (MTPLX splits it into mlx-lm's ``embed_q`` / ``unembed_out`` on load); MTPLX loads it, drafts
 and decodes as its plain decode, and the bundled decoder (mlx-lm's ``Glm4MoeLiteDecoderLayer``,
 ``kv_b_proj`` split by ``passes/mla.py``) holds exactly the absorbed matrices MTPLX builds. The
-shared checks are GLM-4.5's (tests/glm_mlx_judged.py); this module adds what MLA changes.
+shared checks are GLM-4.5's (tests/mlx_judged.py); this module adds what MLA changes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import glm_mlx_judged as judged
+from tests import mlx_judged as judged
 
 N = 2  # the tiny model's num_hidden_layers: the NextN layer is model.layers.2
 P = f"model.layers.{N}."

@@ -62,10 +62,11 @@ class Backbone:
     tokenizer: Any
     family: str
     args: Any  # the text model's args: what build_head needs
-    inner: nn.Module  # the module holding embed_tokens / layers / norm
+    inner: nn.Module  # the module holding the embedding, the layers and the final norm
     lm_module: nn.Module  # the module holding lm_head (or tied embedding)
     tap: NormTap
     dtype: mx.Dtype
+    embedding: nn.Module  # the inner model's token embedding (the head shares it)
 
     def make_cache(self) -> list[Any]:
         from mlx_lm.models.cache import make_prompt_cache
@@ -74,11 +75,12 @@ class Backbone:
 
     def embed(self, tokens: list[int] | mx.array) -> mx.array:
         """Embeddings [1, L, H] of ``tokens`` (the backbone's table, shared with the head)."""
-        return self.inner.embed_tokens(_row(tokens))
+        return self.embedding(_row(tokens))
 
     def lm_head(self, z: mx.array) -> mx.array:
-        if self.args.tie_word_embeddings:
-            return self.inner.embed_tokens.as_linear(z)
+        # Nemotron-H's args have no such field: its lm_head is never tied
+        if getattr(self.args, "tie_word_embeddings", False):
+            return self.embedding.as_linear(z)
         return self.lm_module.lm_head(z)
 
     def __call__(self, tokens: list[int] | mx.array, cache: list[Any], hidden: str) -> tuple[mx.array, mx.array]:
@@ -149,17 +151,20 @@ def load_backbone(folder: str | Path, family: str) -> Backbone:
     lm_module = model
     for attr in spec.lm_module_path:
         lm_module = getattr(lm_module, attr)
-    inner = lm_module.model
+    names = spec.mlx_backbone
+    inner = getattr(lm_module, names.inner)
+    norm = getattr(inner, names.final_norm)
     dtype = compute_dtype_for_device()
     if dtype is not None:
         _cast(model, dtype)
     else:
-        dtype = inner.norm.weight.dtype
-    tap = NormTap(inner.norm)
-    inner.norm = tap
+        dtype = norm.weight.dtype
+    tap = NormTap(norm)
+    setattr(inner, names.final_norm, tap)
     model.eval()
     mx.eval(model.parameters())
-    return Backbone(model, tokenizer, family, lm_module.args, inner, lm_module, tap, dtype)
+    return Backbone(model, tokenizer, family, lm_module.args, inner, lm_module, tap, dtype,
+                    getattr(inner, names.embed))
 
 
 __all__ = ["Backbone", "HIDDEN_VARIANTS", "NormTap", "compute_dtype_for_device", "load_backbone"]

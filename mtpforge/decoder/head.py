@@ -131,6 +131,10 @@ def build_head(
         tensors = {k: v for k, v in tensors.items() if role(k) != Role.EMBED_TOKENS}
         own = any(role(k) == Role.SHARED_HEAD for k in tensors)
         head = nextn_head(spec.head_layer(), args, own, spec.mask_as_array)
+    elif spec.mlx_head_blocks:
+        from .hybrid import hybrid_head
+
+        head = hybrid_head(spec.head_layer(), args, "".join(spec.mlx_head_blocks))
     else:
         head = MTPHead(family, args, 1 + max(mtp_layers_of(tensors, family), default=0))
     # MLA's kv_b_proj is stored whole; mlx-lm's layer holds it split (as MTPLX splits it on load)

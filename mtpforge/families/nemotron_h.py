@@ -6,10 +6,11 @@ trunk whose MTP head is two ordinary Nemotron-H blocks, ``mtp.layers.0`` (attent
 The two source blocks are one MTP step (``num_nextn_predict_layers`` 1, pattern ``*E``), and
 llama.cpp's converter folds them into one block ``blk.{N}``: layer 0's pre-norm is the block's
 ``attn_norm``, layer 1's its ``post_attention_norm``, ``final_layernorm`` its
-``nextn.shared_head_norm``. So the rows below spell the source's layer index literally (``0.``,
-``1.`` after the prefix ``mtp.layers.``) instead of an ``{i}`` placeholder: every row belongs to
-MTP step 0, i.e. to the one llama.cpp block, which is how the GGUF names come out right with no
-Nemotron case anywhere else.
+``nextn.shared_head_norm``. So the rows below spell the source's layer index literally
+(``layers.0.``, ``layers.1.`` after the prefix ``mtp.``) instead of an ``{i}`` placeholder: every
+row belongs to MTP step 0, i.e. to the one llama.cpp block, which is how the GGUF names come out
+right with no Nemotron case anywhere else; and the bare keys are mlx-lm's module paths of the
+head (``layers.1.mixer.switch_mlp.fc1``), as MTPLX and mlx-lm #1533 build it.
 
 Attention without rotary embedding (the q/k/v/o rows carry no norm or bias); the MoE is a sigmoid
 router with its score-correction bias, ReLU² experts with an up and a down projection only (no
@@ -18,53 +19,54 @@ projections into and out of the experts' latent space. Norms are raw (``w · x̂
 copies all five as stored (measured), so no offset.
 
 The head uses the trunk's ``backbone.embeddings`` and ``lm_head``; it has no copies of its own.
-MLX output is not written yet (``layouts = ()``); the ``switch_mlp`` rows spell the stacked
-experts as mlx-lm's ``SwitchMLP`` (``fc1`` / ``fc2``) names them in pull request #1533 and
-mlx-vlm's drafter, and are what llama.cpp's stacked ``ffn_*_exps`` are checked against.
+In MLX folders the head keeps the source's names: MTPLX's ``nemotron_h_mtp`` reads the sidecar,
+mlx-lm #1533 the embedded form; the ``switch_mlp`` rows spell the stacked experts as mlx-lm's
+``SwitchMLP`` (``fc1`` / ``fc2``) names them there and in mlx-vlm's drafter, and are what
+llama.cpp's stacked ``ffn_*_exps`` are checked against.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from .spec import FamilySpec, Role, Row
+from .spec import FamilySpec, MlxBackbone, Role, Row
 
 #: the NextN tensors: the input fusion on the first source block, the final norm on the last
 HEAD_ROWS = (
-    Row(Role.FC, "0.eh_proj.weight", ("H", "2H")),
-    Row(Role.PRE_FC_NORM_EMBEDDING, "0.enorm.weight", ("H",)),
-    Row(Role.PRE_FC_NORM_HIDDEN, "0.hnorm.weight", ("H",)),
-    Row(Role.FINAL_NORM, "1.final_layernorm.weight", ("H",)),
+    Row(Role.FC, "layers.0.eh_proj.weight", ("H", "2H")),
+    Row(Role.PRE_FC_NORM_EMBEDDING, "layers.0.enorm.weight", ("H",)),
+    Row(Role.PRE_FC_NORM_HIDDEN, "layers.0.hnorm.weight", ("H",)),
+    Row(Role.FINAL_NORM, "layers.1.final_layernorm.weight", ("H",)),
 )
 #: ``mtp.layers.0``: pre-norm and attention (no RoPE, no q/k norm, no biases)
 LAYER_ROWS = (
-    Row(Role.INPUT_NORM, "0.norm.weight", ("H",)),
-    Row(Role.Q_PROJ, "0.mixer.q_proj.weight", ("QD", "H")),
-    Row(Role.K_PROJ, "0.mixer.k_proj.weight", ("KD", "H")),
-    Row(Role.V_PROJ, "0.mixer.v_proj.weight", ("KD", "H")),
-    Row(Role.O_PROJ, "0.mixer.o_proj.weight", ("H", "QD")),
+    Row(Role.INPUT_NORM, "layers.0.norm.weight", ("H",)),
+    Row(Role.Q_PROJ, "layers.0.mixer.q_proj.weight", ("QD", "H")),
+    Row(Role.K_PROJ, "layers.0.mixer.k_proj.weight", ("KD", "H")),
+    Row(Role.V_PROJ, "layers.0.mixer.v_proj.weight", ("KD", "H")),
+    Row(Role.O_PROJ, "layers.0.mixer.o_proj.weight", ("H", "QD")),
 )
 #: ``mtp.layers.1``: pre-norm (llama.cpp's ``post_attention_norm`` of the folded block), the
 #: sigmoid router, the shared expert, and the latent projections where the MoE has them
 MLP_ROWS = (
-    Row(Role.POST_ATTENTION_NORM, "1.norm.weight", ("H",)),
-    Row(Role.ROUTER, "1.mixer.gate.weight", ("E", "H")),
-    Row(Role.ROUTER_BIAS, "1.mixer.gate.e_score_correction_bias", ("E",)),
-    Row(Role.SHARED_UP, "1.mixer.shared_experts.up_proj.weight", ("IS", "H")),
-    Row(Role.SHARED_DOWN, "1.mixer.shared_experts.down_proj.weight", ("H", "IS")),
-    Row(Role.LATENT_DOWN, "1.mixer.fc1_latent_proj.weight", ("L", "H"), when="moe_latent_size"),
-    Row(Role.LATENT_UP, "1.mixer.fc2_latent_proj.weight", ("H", "L"), when="moe_latent_size"),
+    Row(Role.POST_ATTENTION_NORM, "layers.1.norm.weight", ("H",)),
+    Row(Role.ROUTER, "layers.1.mixer.gate.weight", ("E", "H")),
+    Row(Role.ROUTER_BIAS, "layers.1.mixer.gate.e_score_correction_bias", ("E",)),
+    Row(Role.SHARED_UP, "layers.1.mixer.shared_experts.up_proj.weight", ("IS", "H")),
+    Row(Role.SHARED_DOWN, "layers.1.mixer.shared_experts.down_proj.weight", ("H", "IS")),
+    Row(Role.LATENT_DOWN, "layers.1.mixer.fc1_latent_proj.weight", ("L", "H"), when="moe_latent_size"),
+    Row(Role.LATENT_UP, "layers.1.mixer.fc2_latent_proj.weight", ("H", "L"), when="moe_latent_size"),
 )
 #: ReLU² experts: up and down only; ``X`` is the width they read and write (the latent size,
 #: else the hidden size)
 EXPERT_ROWS = {
     "per-expert": (
-        Row(Role.EXPERT_UP, "1.mixer.experts.{e}.up_proj.weight", ("IM", "X")),
-        Row(Role.EXPERT_DOWN, "1.mixer.experts.{e}.down_proj.weight", ("X", "IM")),
+        Row(Role.EXPERT_UP, "layers.1.mixer.experts.{e}.up_proj.weight", ("IM", "X")),
+        Row(Role.EXPERT_DOWN, "layers.1.mixer.experts.{e}.down_proj.weight", ("X", "IM")),
     ),
     "switch_mlp": (
-        Row(Role.EXPERT_UP, "1.mixer.switch_mlp.fc1.weight", ("E", "IM", "X")),
-        Row(Role.EXPERT_DOWN, "1.mixer.switch_mlp.fc2.weight", ("E", "X", "IM")),
+        Row(Role.EXPERT_UP, "layers.1.mixer.switch_mlp.fc1.weight", ("E", "IM", "X")),
+        Row(Role.EXPERT_DOWN, "layers.1.mixer.switch_mlp.fc2.weight", ("E", "X", "IM")),
     ),
 }
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
@@ -118,15 +120,16 @@ NEMOTRON_H = FamilySpec(
     expert_rows=EXPERT_ROWS,
     norm_roles=frozenset(),
     norm_offset=0.0,
-    hf_head_prefix="mtp.layers.",
-    head_file_prefix="mtp.layers.",
-    mlx_head_prefixes=(),
+    hf_head_prefix="mtp.",
+    head_file_prefix="mtp.",
+    # mlx-lm #1533 keeps the head in model*.safetensors under the source's prefix
+    mlx_head_prefixes=("mtp.",),
     count_keys=("num_nextn_predict_layers",),
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=False,
     nested_text_config=False,
-    # no MLX layout yet: the GGUF output formats only
-    layouts=(),
+    # the sidecar MTPLX's nemotron_h_mtp reads; embedded: mlx-lm #1533's form
+    layouts=("sidecar", "embedded"),
     mlx_lm_classes=_classes,
     lm_module_path=(),
     head_layer=_block,
@@ -149,4 +152,6 @@ NEMOTRON_H = FamilySpec(
     # measured: the MTP block's router is F16 / BF16 / Q8_0 in the converter's file (the
     # trunk's routers stay F32)
     gguf_quantized_roles=frozenset({Role.ROUTER}),
+    mlx_backbone=MlxBackbone(inner="backbone", embed="embeddings", final_norm="norm_f"),
+    mlx_head_blocks=("*", "E"),
 )

@@ -117,6 +117,15 @@ class Row:
 
 
 @dataclass(frozen=True)
+class MlxBackbone:
+    """Where mlx-lm's model class keeps the parts a drafter shares with the backbone."""
+
+    inner: str = "model"
+    embed: str = "embed_tokens"
+    final_norm: str = "norm"
+
+
+@dataclass(frozen=True)
 class FamilySpec:
     """How one model family spells and sizes its MTP head."""
 
@@ -215,6 +224,14 @@ class FamilySpec:
     #: shorthand (MLA's attention adds the mask to its rope scores itself: mlx-lm's
     #: ``glm4_moe_lite`` model and MTPLX's head build it with ``return_array=True``)
     mask_as_array: bool = False
+    #: mlx-lm's attribute names on the language model module: the inner model, its embedding
+    #: and its final norm (Nemotron-H: ``backbone`` / ``embeddings`` / ``norm_f``); the decoder
+    #: taps the norm and embeds with the embedding
+    mlx_backbone: MlxBackbone = MlxBackbone()
+    #: a hybrid head's blocks as mlx-lm's block class is built for them, in order (Nemotron-H:
+    #: attention then MoE, ``("*", "E")``, what every runtime drafting it requires); empty for a
+    #: head of one decoder layer (``decoder/hybrid.py`` builds the others)
+    mlx_head_blocks: tuple[str, ...] = ()
 
     @property
     def one_step(self) -> bool:

@@ -1,5 +1,7 @@
 """embedded: ``model-mtp.safetensors`` beside the backbone shards, in the index, under the
-language model's prefix — what mlx-lm #990 (and oMLX, exo's second probe) loads."""
+language model's prefix — what mlx-lm #990 (and oMLX, exo's second probe) loads, and for
+Nemotron-H what mlx-lm #1533 loads (its sanitize keeps ``mtp.*`` keys once the config declares
+the head)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ EMBEDDED_FILE = "model-mtp.safetensors"
 
 
 def place(family: FamilySpec) -> Placement:
-    if not family.nested_text_config:
-        raise ValueError("the embedded layout is for Qwen3.5/3.6; for Qwen3-Next use vllm-mlx")
+    if "embedded" not in family.layouts:
+        raise ValueError(f"the embedded layout is not written for {family.name}: its MLX runtimes read "
+                         f"{' or '.join(family.layouts) or 'no MLX layout'}")
     prefix = family.mlx_head_prefixes[0]
     return Placement("embedded", EMBEDDED_FILE, prefix, True, prefix, count_keys=family.count_keys_written)
 

@@ -20,6 +20,13 @@ FUSED_OF: Mapping[Role, Role] = {part: whole for whole, parts in FUSED_PARTS.ite
 STACK_ROLES = (Role.EXPERT_GATE, Role.EXPERT_UP, Role.EXPERT_DOWN)
 
 
+def stack_roles(spec: FamilySpec) -> tuple[Role, ...]:
+    """The stacks a family's head has, in ``STACK_ROLES`` order: SwiGLU experts all three,
+    Nemotron-H's ReLU² experts up and down only (no gate projection)."""
+    have = {r.role for r in spec.expert_rows.get(STACKED, ())}
+    return tuple(r for r in STACK_ROLES if r in have)
+
+
 def fused_rows(role: Role, rows: int) -> tuple[int, int]:
     """[start, end) rows of ``role`` inside one expert's fused gate+up slab of ``rows`` rows:
     its parts in ``FUSED_PARTS`` order (gate first, then up) on axis -2 (docs/SPEC.md §2)."""

@@ -59,11 +59,12 @@ def _experts(row: RuntimeSpec, head: HeadFacts, placed: Placed) -> list[Predicti
     if fmt == "none" or allowed is None:
         return []
     quant = any(p.get("quantized") for m, p in head.precisions.items() if is_expert(m, head.family))
-    if fmt in allowed and (row.quantized_experts or not quant):
+    quantized_ok = row.loads_quantized_experts(head.family)
+    if fmt in allowed and (quantized_ok or not quant):
         return []
     return [Prediction("EXPERT_LAYOUT_INCOMPATIBLE", f"MoE experts stored as {fmt}{' (quantized)' if quant else ''}; "
                                                      f"{row.name} loads {' or '.join(allowed)}"
-                                                     f"{'' if row.quantized_experts else ', unquantized'}")]
+                                                     f"{'' if quantized_ok else ', unquantized'}")]
 
 
 def _backbone(row: RuntimeSpec, family: str, placed: Placed) -> list[Prediction]:

@@ -124,11 +124,11 @@ def mtplx_template_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Op
     return _fits(bare, shape, ROUTER_Q if role in ROUTER_ROLES else q, ask)
 
 
-def mtplx_glm_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
-    """MTPLX 2.12.2's ``glm_mtp`` quantizes exactly the modules stored with scales, at
-    config.json's bits and group size (it reads no per-path entry), and builds the router as a
-    plain gate it never quantizes: the head at the model's bits, the input projection and the
-    router float as in its Qwen templates."""
+def mtplx_scales_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
+    """MTPLX 2.12.2's ``glm_mtp`` and ``nemotron_h_mtp`` backends quantize exactly the modules
+    stored with scales, at config.json's bits and group size (they read no per-path entry), and
+    build the router as a plain gate they never quantize: the head at the model's bits, the input
+    projection and the router float as in its Qwen templates."""
     q = _asked(bare, shape, ask)
     role = _role(bare, ask.family)
     if q is None or role == Role.FC or role in ROUTER_ROLES:
@@ -179,16 +179,17 @@ def mtplx_loads(head: HeadFacts) -> Optional[str]:
             f"model's default bits, and {off[0]} is not at them: \"[dequantize] Shape of scales and biases does not match\"")
 
 
-def mtplx_glm_loads(head: HeadFacts) -> Optional[str]:
+def mtplx_scales_loads(head: HeadFacts) -> Optional[str]:
     quant = _quantized(head)
     off = _off_default(head)
     if off:  # measured: the error MTPLX raises at the first draft
-        return (f"MTPLX's glm_mtp quantizes every module stored with scales at config.json's bits and reads no "
-                f"per-path entry, and {off[0]} is not at them: \"[quantized_matmul] The shapes of the weight and "
-                "scales are incompatible\"")
+        return (f"MTPLX's MTP backend for {head.family} quantizes every module stored with scales at config.json's "
+                f"bits and reads no per-path entry, and {off[0]} is not at them: \"[quantized_matmul] The shapes of "
+                "the weight and scales are incompatible\"")
     routers = sorted(m for m in quant if is_router(m, head.family))
     if routers:  # read in its code: the gate is not a Linear, so nothing turns it into a quantized module
-        return f"MTPLX builds the GLM router {routers[0]} as a plain gate it cannot quantize, so its scales have no place"
+        return (f"MTPLX builds the {head.family} router {routers[0]} as a plain gate it cannot quantize, so its "
+                "scales have no place")
     return None
 
 

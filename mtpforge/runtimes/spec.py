@@ -121,8 +121,10 @@ class RuntimeSpec:
     expert_formats: Optional[tuple[str, ...]] = None
     #: per-family exceptions to ``expert_formats``
     expert_formats_by_family: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: loads quantized expert stacks (mlx-lm #990 does not)
+    #: loads quantized expert stacks (mlx-lm #990 does not), and per-family exceptions (#1533
+    #: loads Nemotron-H's quantized stacks)
     quantized_experts: bool = True
+    quantized_experts_by_family: Mapping[str, bool] = field(default_factory=dict)
     #: precisions its loader refuses, per family (``None`` key: every family)
     quant_check: Mapping[Optional[str], QuantCheck] = field(default_factory=dict)
     #: how it re-shifts stored norms, per family (``None`` key: every family; absent: as written)
@@ -147,6 +149,9 @@ class RuntimeSpec:
     loop_cost: Optional[str] = None
     #: the runtime version (or pull request) this row was checked against, and how
     version_checked: Optional[str] = None
+
+    def loads_quantized_experts(self, family: str) -> bool:
+        return self.quantized_experts_by_family.get(family, self.quantized_experts)
 
     def experts_for(self, family: str) -> Optional[tuple[str, ...]]:
         return self.expert_formats_by_family.get(family, self.expert_formats)

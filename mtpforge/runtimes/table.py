@@ -11,9 +11,10 @@ cannot be installed here.
 from __future__ import annotations
 
 from .norms import below_half, mtplx_two_signal
-from .quant import (default_quant, every_linear_but_fc_quant, mtplx_glm_loads, mtplx_glm_quant, mtplx_loads,
+from .quant import (default_quant, every_linear_but_fc_quant, mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
                     mtplx_template_quant, one_precision_loads, one_precision_quant, vllm_next_loads, vllm_next_quant,
                     whole_head_loads, whole_head_quant)
+from ..families.spec import STACKED
 from .spec import OutputFormat, QuantRule, RuntimeSpec, WriteRule
 
 DEFAULT = QuantRule(default_quant)
@@ -29,7 +30,8 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 #: precision that both MTPLX's templates and exo's single-precision rule load (measured:
 #: tests/conformance, "default" cells)
 PORTABLE = WriteRule("sidecar", DEFAULT, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16",
-                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16"})
+                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16",
+                                                               "nemotron_h": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
@@ -51,14 +53,30 @@ _NO_GLM_FLASH = {
 }
 
 
-def _no_glm(runtime: str) -> dict[str, str]:
-    """A runtime's ``no_mtp`` entries for both GLM families."""
-    return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime]}
+#: Nemotron-H: MTPLX's nemotron_h_mtp and mlx-lm #1533 draft it; mlx-vlm 0.7.10 has a drafter
+#: mtpforge does not write yet (docs/families/nemotron_h.md)
+_NO_NEMOTRON = {
+    "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not Nemotron-H",
+    "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not Nemotron-H",
+    "mlx-vlm": "mlx-vlm 0.7.10 loads its Nemotron-H drafter from the original checkpoint itself "
+               "(mlx_vlm.generate --draft-model <source folder>); mtpforge does not write that drafter yet",
+    "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not Nemotron-H",
+}
 
+def _not_drafted(runtime: str) -> dict[str, str]:
+    """A runtime's ``no_mtp`` entries for the GLM families and Nemotron-H."""
+    nemotron = {"nemotron_h": _NO_NEMOTRON[runtime]} if runtime in _NO_NEMOTRON else {}
+    return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime], **nemotron}
+
+
+#: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
+#: at the model's bits but the router (a gate, not a Linear: docs/families/nemotron_h.md §3)
+_1533 = QuantRule(one_precision_quant)
 
 _990 = WriteRule("embedded", QuantRule(default_quant, source_experts_note=(
     "MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form "
-    "(--experts switch_mlp for runtimes that accept it)")), keep_experts=SOURCE_EXPERTS)
+    "(--experts switch_mlp for runtimes that accept it)")), keep_experts=SOURCE_EXPERTS,
+    quant_by_family={"nemotron_h": _1533}, keep_experts_by_family={"nemotron_h": ()})
 _DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT)
 
 #: what ``--layout X`` without ``--runtime`` writes: each layout's rule as before runtimes were
@@ -83,19 +101,25 @@ MLX_LM = RuntimeSpec(
     version_checked="mlx-lm 0.32.2 (mtpforge's own dependency): measured by tests/conformance",
 )
 MLX_LM_MTP = RuntimeSpec(
-    "mlx-lm-mtp", "mlx-lm's MTP branch (#990)", _990,
+    "mlx-lm-mtp", "mlx-lm's MTP branches (#990; Nemotron-H: #1533)", _990,
     layouts=("embedded",), expert_formats=SOURCE_EXPERTS, quantized_experts=False,
+    expert_formats_by_family={"nemotron_h": (STACKED,)}, quantized_experts_by_family={"nemotron_h": True},
+    quant_check={"nemotron_h": one_precision_loads},
     no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (docs/SPEC.md §5: the embedded layout is for Qwen3.5/3.6)",
-            **_no_glm("mlx-lm-mtp")},
+            **_not_drafted("mlx-lm-mtp")},
     mlx_lm="its own mlx-lm branch",
+    # Nemotron-H (#1533, PR head d620aea7): read, and its loader and mtp_step run on mtpforge's
+    # output by scripts/check_mlx_lm_1533.py; not installable here
     version_checked="mlx-lm #990 (PR head, Aug 2026): docs/SPEC.md §5.1, not installable here",
 )
 MTPLX = RuntimeSpec(
     "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant),
-                                quant_by_family={"glm4_moe": QuantRule(mtplx_glm_quant),
-                                                 "glm4_moe_lite": QuantRule(mtplx_glm_quant)}),
+                                quant_by_family={"glm4_moe": QuantRule(mtplx_scales_quant),
+                                                 "glm4_moe_lite": QuantRule(mtplx_scales_quant),
+                                                 "nemotron_h": QuantRule(mtplx_scales_quant)}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
-    quant_check={None: mtplx_loads, "glm4_moe": mtplx_glm_loads, "glm4_moe_lite": mtplx_glm_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
+    quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
+                 "nemotron_h": mtplx_scales_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
@@ -109,7 +133,7 @@ VLLM_MLX = RuntimeSpec(
     expert_formats_by_family={"qwen3_5_moe": ("fused", "switch_mlp"), "qwen3_next": ("switch_mlp",)},
     no_mtp={"qwen3_next": "vllm-mlx 0.6.0 loads the head but never drafts Qwen3-Next: \"[MTP] disabled: mlx-lm "
                           "BatchGenerator lacks the _step hook\" (its own pinned mlx-lm 0.31.3)",
-            **_no_glm("vllm-mlx")},
+            **_not_drafted("vllm-mlx")},
     quant_check={None: one_precision_loads, "qwen3_next": vllm_next_loads},
     norm_rule={"qwen3_5": below_half, "qwen3_5_moe": below_half},
     norm_markers={"manifest.json": {"artifact_schema_version": 1, "rmsnorm_weight_format": "mlx_gamma"}},
@@ -125,7 +149,7 @@ EXO = RuntimeSpec(
     WriteRule("sidecar", QuantRule(whole_head_quant)),
     layouts=("sidecar", "embedded"), layouts_by_family={"qwen3_next": ("sidecar", "vllm-mlx")},
     expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
-    no_mtp=_no_glm("exo"),
+    no_mtp=_not_drafted("exo"),
     mlx_lm="a fork of mlx-lm 0.31.3", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
     loop_cost="exo skips head-cache entries of accepted drafts (docs/SPEC.md §5.1: -6 to -16 points)",
     version_checked="exo #2110 (PR head 2c33a38f, May 2026): docs/SPEC.md §5.1, not installable here",
@@ -134,7 +158,7 @@ MLX_VLM = RuntimeSpec(
     "mlx-vlm", "mlx-vlm --draft-kind mtp", _DRAFTER, layouts=("mlx-vlm-drafter",), expert_formats=ALL_EXPERTS,
     mlx_lm="none (its own model code)",
     no_mtp={"qwen3_next": "mlx-vlm 0.7.10 has no Qwen3-Next MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists "
-                          "qwen3_5_mtp, no qwen3_next_mtp)", **_no_glm("mlx-vlm")},
+                          "qwen3_5_mtp, no qwen3_next_mtp)", **_not_drafted("mlx-vlm")},
     loop_cost="mlx-vlm 0.7.10 drafts about 20 points below the reference loop on the same head "
               "(measured; the cause is open, docs/RUNTIMES.md)",
     version_checked="mlx-vlm 0.7.10 (PyPI): measured by tests/conformance",
@@ -144,7 +168,7 @@ OMLX = RuntimeSpec(
     WriteRule("embedded", QuantRule(default_quant)),
     layouts=("embedded",), expert_formats=("switch_mlp",) + SOURCE_EXPERTS,
     no_mtp={"qwen3_next": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6",
-            **_no_glm("omlx")},
+            **_not_drafted("omlx")},
 )
 LLAMA_CPP = RuntimeSpec(
     "llama.cpp", "llama.cpp --spec-type draft-mtp (GGUF: pass the .gguf trunk as --target)", None,

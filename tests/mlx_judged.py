@@ -1,9 +1,10 @@
-"""The checks a GLM family's MLX head is held to, with MTPLX's own ``glm_mtp`` backend as the judge.
+"""The checks a non-Qwen family's MLX head is held to, with MTPLX's own backend for the family
+(``glm_mtp``, ``nemotron_h_mtp``) as the judge.
 
-GLM-4.5 (``glm4_moe``) and GLM-4.7-Flash (``glm4_moe_lite``) heads go into an ``mlx_lm.convert``
-folder as the sidecar MTPLX 2.12.2 reads; each family's test module builds its tiny checkpoint
-and calls these: MTPLX loads what add-mtp writes (MTP enabled), drafts, and decodes exactly as
-its plain decode; inspect finds nothing; ``verify --generate`` decodes as plain greedy decoding;
+GLM-4.5 (``glm4_moe``), GLM-4.7-Flash (``glm4_moe_lite``) and Nemotron-H (``nemotron_h``) heads
+go into an ``mlx_lm.convert`` folder as the sidecar MTPLX 2.12.2 reads; each family's test
+module builds its tiny checkpoint and calls these: MTPLX loads what add-mtp writes (MTP
+enabled), drafts, and decodes exactly as its plain decode; inspect finds nothing; ``verify --generate`` decodes as plain greedy decoding;
 the converted folder's missing head is found with the add-mtp command; the runtimes that do not
 draft the family say so; from the (loopback) Hub only the sidecar's tensors are fetched.
 Family-specific assertions stay in the family's module.
@@ -108,7 +109,7 @@ def mtplx_judges_the_head(src: Path, mlx: Path, folder: Path, extra: list[str]) 
 
 
 def inspect_finds_the_dropped_head(mlx: Path, family: str, example_repo: str) -> None:
-    """The converted folder declares a NextN layer and stores none: the one finding, with the
+    """The converted folder declares an MTP head and stores none: the one finding, with the
     add-mtp command that fixes it (the family's release as the example source)."""
     r = mtpforge("inspect", str(mlx), "--json")
     rep = json.loads(r.stdout)
@@ -129,7 +130,12 @@ def runtime_says_it_does_not_draft(src: Path, mlx: Path, folder: Path, runtime: 
     r = mtpforge("inspect", str(folder), "--json", "--runtime", runtime)
     codes = {f["code"]: f for f in json.loads(r.stdout)["findings"]}
     assert "RUNTIME_NO_MTP" in codes and name in codes["RUNTIME_NO_MTP"]["message"], r.stdout
-    if runtime != "exo":  # exo reads the sidecar layout: it is written, with a note that exo will not draft it
+    from mtpforge.families import FAMILIES
+    from mtpforge.runtimes.table import RUNTIMES
+
+    # a runtime reading a layout the family has (exo: the sidecar; oMLX: Nemotron-H's embedded
+    # form) gets the head written, with a note that it will not draft it
+    if not set(RUNTIMES[runtime].layouts_for(family)) & set(FAMILIES[family].layouts):
         before = tree_state(folder)
         r = mtpforge("add-mtp", "--source", str(src), "--target", str(folder), "--runtime", runtime, "--force")
         lines = error_lines(r.stderr)
