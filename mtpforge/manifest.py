@@ -23,7 +23,7 @@ from .errors import MtpforgeError, RefusedError
 from .checkpoint.catalogue import INDEX_FILE
 from .inputs.manifest_file import check_manifest
 from .inputs.problems import Problem
-from .layouts.table import DRAFTER_MODEL_TYPE, EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
+from .layouts.table import EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS, is_drafter_type
 from .layouts.write import dump_json
 from .model_card import CARD, find, refreshed, section_sha, take_out, write_atomic
 
@@ -422,7 +422,7 @@ def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafte
         if _get(_read_json_file(p), ["producer"]) != "mtpforge":
             raise _refuse(folder, f"{rel} was not written by mtpforge")
     elif rel == "config.json":
-        if _get(_read_json_file(p), ["model_type"]) != DRAFTER_MODEL_TYPE:
+        if not is_drafter_type(_get(_read_json_file(p), ["model_type"])):
             raise _refuse(folder, f"{rel} is not an mlx-vlm drafter config")
     else:
         raise _refuse(folder, f"it records no hash for {rel}")

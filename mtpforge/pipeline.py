@@ -25,7 +25,7 @@ from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
 from .layouts.spec import Placement
-from .layouts.table import DRAFTER_MODEL_TYPE, LAYOUTS, MANIFEST, VLLM_MLX_MANIFEST, loads_in_mlx_lm_glob, placement
+from .layouts.table import LAYOUTS, MANIFEST, VLLM_MLX_MANIFEST, is_drafter_type, loads_in_mlx_lm_glob, placement
 from .layouts.write import drafter_config, dump_json, updated_config, updated_index, vllm_mlx_manifest
 from .model_card import CARD, write_section
 from .manifest import (UntrustedManifest, apply_undo, build_manifest, edit_record, entry, file_sha, head_intact,
@@ -53,7 +53,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     family = detect_family(cat.config)
     if family is None:
         raise InputError(*not_handled(str(target), cat.config, "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models"))
-    if cat.config.get("model_type") == DRAFTER_MODEL_TYPE:
+    if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
         raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
@@ -241,7 +241,7 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
         cfg = json.loads((dest / "config.json").read_bytes())
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         cfg = None
-    if not (isinstance(cfg, dict) and cfg.get("model_type") == DRAFTER_MODEL_TYPE):
+    if not (isinstance(cfg, dict) and is_drafter_type(cfg.get("model_type"))):
         raise RefusedError(f"{dest} holds files that are not an mlx-vlm drafter; mtpforge will not replace them",
                            "move that folder away, or pass --output DIR for the drafter")
     if MANIFEST not in names and not force:
@@ -313,7 +313,7 @@ def _existing(plan: AddPlan) -> _Existing:
         root = tpath
     manifest = read_manifest(root) if root else None
     cat = load_catalogue(LocalStore(root)) if root else None
-    loc = locate_head(cat, plan.family) if cat is not None and cat.config.get("model_type") != DRAFTER_MODEL_TYPE else None
+    loc = locate_head(cat, plan.family) if cat is not None and not is_drafter_type(cat.config.get("model_type")) else None
     return _Existing(root, manifest, cat, loc)
 
 
@@ -430,7 +430,7 @@ def _edit_side_files(plan: AddPlan, stage: StagedFolder,
         dq = dict(quant_defaults(plan.target_config) or {}) or None
         if dq is not None or quant_entries:
             dq = {**({k: dq[k] for k in ("group_size", "bits", "mode")} if dq else {}), **quant_entries}
-        stage.write_bytes("config.json", dump_json(drafter_config(plan.target_config, n, dq)))
+        stage.write_bytes("config.json", dump_json(drafter_config(FAMILIES[plan.family], plan.target_config, n, dq)))
         return ["config.json"], set()
     base_cfg = json.loads(stage.path("config.json").read_text("utf-8"))
     cfg = updated_config(base_cfg, pl, n_layers=n, mtp_tensors=head.mtp_tensors, quant_entries=quant_entries)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from .errors import InputError, RefusedError
 from .families.tables import is_head_key
-from .layouts.table import DRAFTER_MODEL_TYPE, MANIFEST
+from .layouts.table import MANIFEST, is_drafter_type
 from .manifest import record_measurement
 from .progress import Progress
 
@@ -154,7 +154,7 @@ def _check_target(target: str) -> Path:
     if not store.exists("config.json"):
         raise InputError(f"{target} has no config.json", "pass an MLX model folder (with config.json and weights)")
     cat = load_catalogue(store)
-    if cat.config.model_type == DRAFTER_MODEL_TYPE:
+    if is_drafter_type(cat.config.model_type):
         raise InputError(f"{target} is an mlx-vlm drafter folder, which has no backbone to decode with",
                          "pass the model folder beside it (verify finds <model>-mtp-drafter by itself)")
     cat.refuse_invalid()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -125,11 +126,109 @@ def test_the_mlx_lm_1533_form_loads_in_mtplx_and_leaves_released_mlx_lm_as_it_wa
     assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
 
 
+#: mlx-vlm 0.7.10's own loader and decode loop on a drafter folder: ``load_drafter(kind="mtp")``
+#: (every parameter of its drafter against the tensor the folder stores for it), then
+#: ``stream_generate`` greedy, plain and with the drafter, on 16 prompts x 24 tokens; with a third
+#: argument, the drafter mlx-vlm's ``NemotronHMTPSplitter`` builds from that source folder too
+VLM_PROBE = """
+import json, random, sys
+sys.path.insert(0, sys.argv[3])
+import standins
+from pathlib import Path
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_vlm import load
+from mlx_vlm.generate import stream_generate
+from mlx_vlm.speculative.drafters import load_drafter
+model, processor = load(sys.argv[1])
+standins.float32_expert_stacks(model)
+draft, kind = load_drafter(sys.argv[2], kind="mtp")
+stored = mx.load(str(Path(sys.argv[2]) / "model.safetensors"))
+params = dict(tree_flatten(draft.parameters()))
+same = lambda a, b: a.dtype == b.dtype and a.shape == b.shape and bool(mx.array_equal(a, b).item())
+out = {"kind": kind, "drafter": type(draft).__name__, "params": len(params), "stored": len(stored),
+       "missing": sorted(k for k in params if k not in stored), "unused": sorted(k for k in stored if k not in params),
+       "unequal": sorted(k for k, v in params.items() if k in stored and not same(v, stored[k]))}
+if len(sys.argv) > 4:
+    theirs = dict(tree_flatten(load_drafter(sys.argv[4], kind="mtp")[0].parameters()))
+    out["vs_theirs"] = sorted(k for k in set(params) | set(theirs) if k not in params or k not in theirs
+                              or not same(params[k], theirs[k]))
+standins.float32_expert_stacks(draft)
+random.seed(0)
+prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]] + [
+    [random.randrange(3, 500) for _ in range(random.randrange(1, 12))] for _ in range(13)]
+dec = lambda ids, **kw: [int(r.token) for r in stream_generate(model, processor, "", input_ids=mx.array([ids]),
+                                                               max_tokens=24, temperature=0.0, **kw)]
+plain, mtp, drafted, accepted = [dec(p) for p in prompts], [], 0, 0
+for p in prompts:
+    mtp.append(dec(p, draft_model=draft, draft_kind="mtp"))
+    drafted, accepted = drafted + sum(draft.draft_lens), accepted + sum(draft.accept_lens)
+print(json.dumps({**out, "drafted": drafted, "accepted": accepted, "identical": mtp == plain,
+                  "differ": [i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b]}))
+"""
+
+
+def _mlx_vlm_probe(target: Path, drafter: Path, *theirs: Path) -> dict:
+    from tests import external
+
+    external.require("mlx-vlm", judged.setup_runtimes.is_ready("mlx-vlm"),
+                     f"no virtualenv at {judged.setup_runtimes.venv_dir('mlx-vlm')}")
+    r = subprocess.run([str(judged.setup_runtimes.venv_python("mlx-vlm")), "-c", VLM_PROBE, str(target), str(drafter),
+                        str(judged.DRIVERS), *map(str, theirs)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.xdist_group("conformance")
+@pytest.mark.parametrize("extra", [["--runtime", "mlx-vlm"], ["--layout", "mlx-vlm-drafter"]], ids=["runtime", "layout"])
+def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(nemotron, extra: list[str]) -> None:
+    """``<target>-mtp-drafter`` (``model_type`` ``nemotron_h_mtp``, bare ``layers.{0,1}.*`` keys,
+    experts stacked, every linear at the model's bits but the router): mlx-vlm 0.7.10's
+    ``load_drafter`` builds its ``NemotronHMTPDraftModel`` from it, every parameter equal to a
+    stored tensor (dtype included), none missing or unused; its speculative ``stream_generate``
+    drafts and decodes exactly as its plain one; inspect --runtime mlx-vlm finds no error."""
+    from safetensors import safe_open
+
+    folder = nemotron["root"] / f"vlm-{extra[0][2:]}"
+    shutil.copytree(nemotron["mlx"], folder)
+    rep = judged.add_mtp(nemotron["src"], folder, *extra)
+    drafter = folder.parent / f"{folder.name}-mtp-drafter"
+    assert rep["layout"] == "mlx-vlm-drafter" and rep["family"] == "nemotron_h", rep
+    cfg = json.loads((drafter / "config.json").read_text())
+    assert cfg["model_type"] == "nemotron_h_mtp" and cfg["text_config"]["num_nextn_predict_layers"] == 1
+    assert "quantization" not in cfg["text_config"] and cfg["quantization"]["bits"] == 4
+    with safe_open(str(drafter / "model.safetensors"), "np") as f:
+        keys = set(f.keys())
+    weights = {k[: -len(".weight")] for k in keys if k.endswith(".weight") and "norm" not in k}
+    quantized = {k[: -len(".scales")] for k in keys if k.endswith(".scales")}
+    assert quantized == weights - {"layers.1.mixer.gate"}, weights - quantized
+    got = _mlx_vlm_probe(nemotron["mlx"], drafter)
+    assert got["kind"] == "mtp" and got["drafter"] == "NemotronHMTPDraftModel", got
+    assert got["params"] == got["stored"] == len(keys) and not (got["missing"] or got["unused"] or got["unequal"]), got
+    assert got["drafted"] > 0 and got["identical"], got
+    r = judged.mtpforge("inspect", str(drafter), "--json", "--runtime", "mlx-vlm")
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["family"] == "nemotron_h" and rep["layout"] == "mlx-vlm-drafter", r.stdout
+    assert not [f for f in rep["findings"] if f["severity"] != "info"], r.stdout
+
+
+@pytest.mark.xdist_group("conformance")
+def test_the_bf16_drafter_is_the_one_mlx_vlm_builds_from_the_source(nemotron) -> None:
+    """``--precision bf16``: the drafter mlx-vlm loads from mtpforge's folder equals, parameter for
+    parameter, the one its own ``NemotronHMTPSplitter`` builds from the original checkpoint."""
+    folder = nemotron["root"] / "vlm-bf16"
+    shutil.copytree(nemotron["mlx"], folder)
+    judged.add_mtp(nemotron["src"], folder, "--runtime", "mlx-vlm", "--precision", "bf16")
+    got = _mlx_vlm_probe(nemotron["mlx"], folder.parent / f"{folder.name}-mtp-drafter", nemotron["src"])
+    assert got["vs_theirs"] == [] and not (got["missing"] or got["unused"] or got["unequal"]), got
+    assert got["drafted"] > 0 and got["identical"], got
+
+
 def test_inspect_finds_the_head_mlx_lm_convert_dropped(nemotron) -> None:
     judged.inspect_finds_the_dropped_head(nemotron["mlx"], "nemotron_h", EXAMPLE)
 
 
-@pytest.mark.parametrize("runtime", ["vllm-mlx", "mlx-vlm", "exo", "omlx"])
+@pytest.mark.parametrize("runtime", ["vllm-mlx", "exo", "omlx"])
 def test_runtimes_that_do_not_draft_nemotron_h_say_so(nemotron, runtime: str) -> None:
     if nemotron["variant"] != "plain":
         pytest.skip("one variant says it")

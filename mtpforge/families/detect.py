@@ -19,7 +19,8 @@ def detect_family(config: Mapping[str, Any]) -> str | None:
     """
     cfg = as_config(config)
     mt, nested = cfg.model_type, cfg.nested
-    cands = [s for s in FAMILIES.values() if mt in s.model_types and (s.nested_text_config or not nested)]
+    cands = [s for s in FAMILIES.values() if mt in s.model_types and (s.nested_text_config or not nested)
+             or mt is not None and mt == s.mlx_vlm_drafter_type]
     if not cands and nested:
         cands = [s for s in FAMILIES.values() if cfg.text_model_type in s.text_model_types]
     return _pick(cands, is_moe(cfg))

@@ -128,8 +128,10 @@ NEMOTRON_H = FamilySpec(
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=False,
     nested_text_config=False,
-    # the sidecar MTPLX's nemotron_h_mtp reads; embedded: mlx-lm #1533's form
-    layouts=("sidecar", "embedded"),
+    # the sidecar MTPLX's nemotron_h_mtp reads; embedded: mlx-lm #1533's form; the drafter
+    # folder mlx-vlm's NemotronHMTPDraftModel loads (bare keys, its own config)
+    layouts=("sidecar", "embedded", "mlx-vlm-drafter"),
+    mlx_vlm_drafter_type="nemotron_h_mtp",
     mlx_lm_classes=_classes,
     lm_module_path=(),
     head_layer=_block,

@@ -108,6 +108,7 @@ QWEN3_5 = FamilySpec(
     ships_head_undeclared=False,
     nested_text_config=True,
     layouts=("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"),
+    mlx_vlm_drafter_type="qwen3_5_mtp",
     mlx_lm_classes=_dense_classes,
     lm_module_path=("language_model",),
     head_layer=_decoder_layer,

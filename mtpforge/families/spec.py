@@ -232,6 +232,10 @@ class FamilySpec:
     #: attention then MoE, ``("*", "E")``, what every runtime drafting it requires); empty for a
     #: head of one decoder layer (``decoder/hybrid.py`` builds the others)
     mlx_head_blocks: tuple[str, ...] = ()
+    #: the ``model_type`` of the drafter folder mlx-vlm's ``--draft-kind mtp`` loads for this
+    #: family (layout ``mlx-vlm-drafter``: its ``DRAFTER_KIND_BY_MODEL_TYPE`` key); None: mlx-vlm
+    #: has no drafter for it
+    mlx_vlm_drafter_type: str | None = None
 
     @property
     def one_step(self) -> bool:

@@ -12,7 +12,7 @@ from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..families import FAMILIES
 from ..families.tables import head_specs
-from .table import DRAFTER_MODEL_TYPE, SIDECAR_FILE, VLLM_MLX_WEIGHTS, loads_in_mlx_lm_glob
+from .table import SIDECAR_FILE, VLLM_MLX_WEIGHTS, is_drafter_type, loads_in_mlx_lm_glob
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, Tenso
 def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
     """Find the head. When several layouts are present (a folder patched twice), the first in
     exo's probe order wins and the rest are listed in ``also_found``."""
-    if cat.config.get("model_type") == DRAFTER_MODEL_TYPE:
+    if is_drafter_type(cat.config.get("model_type")):
         entries = {k: v for h in cat.headers.values() for k, v in h.tensors.items()}
         return HeadLocation("mlx-vlm-drafter", entries, {k: k for k in entries})
     found = _candidates(cat, family)

@@ -9,7 +9,7 @@ from ..families import FAMILIES
 from . import embedded, mlx_vlm_drafter, sidecar, vllm_mlx
 from .embedded import EMBEDDED_FILE
 from .gguf import GGUF_LAYOUT_NAMES
-from .mlx_vlm_drafter import DRAFTER_MODEL_TYPE
+from .mlx_vlm_drafter import is_drafter_type
 from .sidecar import SIDECAR_FILE
 from .spec import LayoutName, LayoutSpec, Placement
 from .vllm_mlx import VLLM_MLX_DIR, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS
@@ -50,7 +50,7 @@ def loads_in_mlx_lm_glob(rel: str) -> bool:
 
 
 __all__ = [
-    "DRAFTER_MODEL_TYPE", "EMBEDDED_FILE", "GGUF_LAYOUT_NAMES", "LAYOUTS", "LAYOUT_NAMES", "MANIFEST", "SIDECAR_FILE",
-    "VLLM_MLX_DIR", "VLLM_MLX_MANIFEST", "VLLM_MLX_WEIGHTS", "LayoutName", "Placement", "loads_in_mlx_lm_glob",
-    "placement", "runtime_module_path",
+    "EMBEDDED_FILE", "GGUF_LAYOUT_NAMES", "LAYOUTS", "LAYOUT_NAMES", "MANIFEST", "SIDECAR_FILE",
+    "VLLM_MLX_DIR", "VLLM_MLX_MANIFEST", "VLLM_MLX_WEIGHTS", "LayoutName", "Placement", "is_drafter_type",
+    "loads_in_mlx_lm_glob", "placement", "runtime_module_path",
 ]

@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any, Mapping
 
-from .mlx_vlm_drafter import DRAFTER_MODEL_TYPE
+from ..families.spec import FamilySpec
 from .sidecar import SIDECAR_CONFIG_KEY
 from .spec import Placement
 
@@ -66,11 +66,21 @@ def updated_index(index: Mapping[str, Any] | None, file: str, keys: list[str], n
     return idx
 
 
-def drafter_config(target_config: Mapping[str, Any], n_layers: int, quant: Mapping[str, Any] | None) -> dict[str, Any]:
-    """config.json of an mlx-vlm drafter folder: its model_type and the target's text_config."""
+def drafter_config(family: FamilySpec, target_config: Mapping[str, Any], n_layers: int,
+                   quant: Mapping[str, Any] | None) -> dict[str, Any]:
+    """config.json of an mlx-vlm drafter folder: the family's drafter model_type and the
+    target's text_config with the MTP layer count. A target without a nested text_config (its
+    whole config is the language model's: Nemotron-H) gives that config, less its own
+    quantization: the drafter's is stated at the top level (mlx-vlm's loader would otherwise
+    take the target's ``quantization_config`` for the drafter's)."""
+    nested = isinstance(target_config.get("text_config"), dict)
     tc = copy.deepcopy(_text(dict(target_config)))
-    tc["mtp_num_hidden_layers"] = n_layers
-    cfg: dict[str, Any] = {"model_type": DRAFTER_MODEL_TYPE, "text_config": tc}
+    if not nested:
+        for qkey in ("quantization", "quantization_config"):
+            tc.pop(qkey, None)
+    for key in family.count_keys_written:
+        tc[key] = n_layers
+    cfg: dict[str, Any] = {"model_type": family.mlx_vlm_drafter_type, "text_config": tc}
     if quant:
         cfg["quantization"] = dict(quant)
         cfg["quantization_config"] = dict(quant)

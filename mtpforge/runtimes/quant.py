@@ -71,6 +71,16 @@ def default_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[
     return _fits(bare, shape, ROUTER_Q if is_router(bare, ask.family) else q, ask)
 
 
+def float_router_quant(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
+    """mlx-vlm's Nemotron-H drafter: the user's precision; the router float (its ``MoEGate`` is a
+    bare parameter, not a Linear: mlx-vlm's loader cannot quantize it, and a strict load refuses
+    its scales)."""
+    q = _asked(bare, shape, ask)
+    if q is None or is_router(bare, ask.family):
+        return None
+    return _fits(bare, shape, q, ask)
+
+
 def _model_bits(q: QSpec, ask: QuantAsk) -> QSpec:
     return ask.default_q if ask.default_q is not None and q != ask.default_q else q
 

@@ -11,7 +11,7 @@ cannot be installed here.
 from __future__ import annotations
 
 from .norms import below_half, mtplx_two_signal
-from .quant import (default_quant, every_linear_but_fc_quant, mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
+from .quant import (default_quant, every_linear_but_fc_quant, float_router_quant, mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
                     mtplx_template_quant, one_precision_loads, one_precision_quant, vllm_next_loads, vllm_next_quant,
                     whole_head_loads, whole_head_quant)
 from ..families.spec import STACKED
@@ -58,8 +58,6 @@ _NO_GLM_FLASH = {
 _NO_NEMOTRON = {
     "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not Nemotron-H",
     "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not Nemotron-H",
-    "mlx-vlm": "mlx-vlm 0.7.10 loads its Nemotron-H drafter from the original checkpoint itself "
-               "(mlx_vlm.generate --draft-model <source folder>); mtpforge does not write that drafter yet",
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not Nemotron-H",
 }
 
@@ -77,7 +75,9 @@ _990 = WriteRule("embedded", QuantRule(default_quant, source_experts_note=(
     "MoE experts stay unquantized in the source layout: mlx-lm #990 loads no other form "
     "(--experts switch_mlp for runtimes that accept it)")), keep_experts=SOURCE_EXPERTS,
     quant_by_family={"nemotron_h": _1533}, keep_experts_by_family={"nemotron_h": ()})
-_DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT)
+#: mlx-vlm's drafters: Qwen3.5's router is a Linear (8-bit as mlx-lm keeps it), Nemotron-H's a bare
+#: parameter that stays float (its NemotronHMTPSplitter never quantizes ``mixer.gate`` either)
+_DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT, quant_by_family={"nemotron_h": QuantRule(float_router_quant)})
 
 #: what ``--layout X`` without ``--runtime`` writes: each layout's rule as before runtimes were
 #: measured (tests/golden holds these bytes); add-mtp notes where the result does not load in
