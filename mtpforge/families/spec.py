@@ -70,6 +70,8 @@ class Role(str, Enum):
     # the shared expert still reads the un-projected input, so these are roles of their own
     LATENT_DOWN = "latent_down_proj"
     LATENT_UP = "latent_up_proj"
+    # a head-wise attention gate (Step-3.5's ``g_proj``: one sigmoid gate per query head)
+    ATTN_GATE = "attn_gate"
 
 
 #: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
@@ -191,9 +193,10 @@ class FamilySpec:
     #: llama.cpp per-layer metadata arrays (key after ``{arch}.``) that the converter extends
     #: by an entry for each MTP block, -> the shape symbol that entry takes (Nemotron-H's folded
     #: block counts as an attention and a MoE layer: ``attention.head_count_kv`` gets KV,
-    #: ``feed_forward_length`` the expert width); arrays not named here keep their default
-    #: (``gguf/meta.py``)
-    gguf_layer_arrays: Mapping[str, str] = field(default_factory=dict)
+    #: ``feed_forward_length`` the expert width), or the entry itself where it is not a
+    #: dimension (a bool or a float: Step-3.5's ``sliding_window_pattern`` gets ``True``, its
+    #: SwiGLU clamps ``0.0``); arrays not named here keep their default (``gguf/meta.py``)
+    gguf_layer_arrays: Mapping[str, "str | bool | float"] = field(default_factory=dict)
     #: where the converter writes ``{arch}.nextn_predict_layers``: before the first metadata key
     #: starting with one of these (first one found wins; ``{arch}`` filled), else last. Each
     #: converter class adds it at its own point: Qwen3.5's before the SSM keys, GLM's and
