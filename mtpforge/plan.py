@@ -213,10 +213,6 @@ def validate_source_head(
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
     weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
     spec = family_spec(src_config)
-    if n_layers > 1 and spec.one_step and spec.is_nextn:
-        raise RefusedError(f"the source's config declares {n_layers} MTP layers, appended from {spec.head_prefix(src_config)}; "
-                           f"mtpforge writes a {spec.name} head of one appended layer only so far",
-                           "llama.cpp's converter writes all of them (--mtp) from the whole source checkpoint")
     if n_layers > 1 and spec.one_step:
         raise RefusedError(f"the source's config declares {n_layers} MTP layers; a {spec.name} head is one MTP step "
                            "(its layers are not repeated per step)", "pass the release as published, with one MTP step, as --source")

@@ -165,6 +165,10 @@ class FamilySpec:
     dim_keys: Mapping[str, "str | tuple[str, ...]"] = field(default_factory=dict)
     #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
     head_index_key: str | None = None
+    #: every MTP step is one more layer appended after the backbone's: ``{N}`` in the prefix is
+    #: the first, and step ``i`` sits at ``N + i`` (Step-3.5's three layers); its bare keys are
+    #: ``{i}.`` + the layer's key, so the rows spell ``{i}`` as Qwen's ``mtp.layers.{i}`` do
+    appended_steps: bool = False
     #: head tensors no MLX runtime reads, left out of MLX folders (GLM's ``embed_tokens`` copy:
     #: MTPLX drafts with the trunk's embedding; llama.cpp reads the copy, so GGUF keeps it)
     unread_in_mlx: frozenset[Role] = frozenset()
@@ -305,8 +309,20 @@ class FamilySpec:
 
     def strip_prefix(self, key: str, config: Any = None) -> str | None:
         """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""
+        if self.appended_steps:
+            return self._appended_bare(key, config)
         p = next((p for p in self.head_prefixes(config) if key.startswith(p)), None)
         return None if p is None else key[len(p):]
+
+    def _appended_bare(self, key: str, config: Any) -> str | None:
+        """``{i}.`` + the rest for a key of the appended layer ``N + i`` (``appended_steps``)."""
+        first = self.head_prefix(config)
+        stem = self.hf_head_prefix.split("{N}")[0]
+        n = int(first[len(stem):].rstrip("."))
+        m = re.match(re.escape(stem) + r"(\d+)\.(.+)$", key)
+        if m is None or int(m.group(1)) < n:
+            return None
+        return f"{int(m.group(1)) - n}.{m.group(2)}"
 
     def is_head_key(self, key: str, config: Any = None) -> bool:
         """A stored key (any layout) that belongs to the MTP head, not to the backbone."""

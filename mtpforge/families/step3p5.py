@@ -17,31 +17,33 @@ from __future__ import annotations
 
 from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row
 
-#: the NextN tensors and the layer's own shared head (``transformer.`` is the release's infix)
-HEAD_ROWS = (
-    Row(Role.FC, "eh_proj.weight", ("H", "2H")),
-    Row(Role.PRE_FC_NORM_EMBEDDING, "enorm.weight", ("H",)),
-    Row(Role.PRE_FC_NORM_HIDDEN, "hnorm.weight", ("H",)),
-    Row(Role.FINAL_NORM, "transformer.shared_head.norm.weight", ("H",)),
-    Row(Role.SHARED_HEAD, "transformer.shared_head.output.weight", ("V", "H")),
+#: each appended layer carries its own NextN tensors and shared head (``transformer.`` is the
+#: release's infix), so every row is per MTP step (``{i}``: the layer ``N + i``)
+NEXTN_ROWS = (
+    Row(Role.FC, "{i}.eh_proj.weight", ("H", "2H")),
+    Row(Role.PRE_FC_NORM_EMBEDDING, "{i}.enorm.weight", ("H",)),
+    Row(Role.PRE_FC_NORM_HIDDEN, "{i}.hnorm.weight", ("H",)),
+    Row(Role.FINAL_NORM, "{i}.transformer.shared_head.norm.weight", ("H",)),
+    Row(Role.SHARED_HEAD, "{i}.transformer.shared_head.output.weight", ("V", "H")),
 )
 #: sliding-window attention with q/k norms and the head-wise gate
 LAYER_ROWS = (
-    Row(Role.INPUT_NORM, "input_layernorm.weight", ("H",)),
-    Row(Role.POST_ATTENTION_NORM, "post_attention_layernorm.weight", ("H",)),
-    Row(Role.Q_PROJ, "self_attn.q_proj.weight", ("QD", "H")),
-    Row(Role.K_PROJ, "self_attn.k_proj.weight", ("KD", "H")),
-    Row(Role.V_PROJ, "self_attn.v_proj.weight", ("KD", "H")),
-    Row(Role.O_PROJ, "self_attn.o_proj.weight", ("H", "QD")),
-    Row(Role.Q_NORM, "self_attn.q_norm.weight", ("D",)),
-    Row(Role.K_NORM, "self_attn.k_norm.weight", ("D",)),
-    Row(Role.ATTN_GATE, "self_attn.g_proj.weight", ("NH", "H")),
+    *NEXTN_ROWS,
+    Row(Role.INPUT_NORM, "{i}.input_layernorm.weight", ("H",)),
+    Row(Role.POST_ATTENTION_NORM, "{i}.post_attention_layernorm.weight", ("H",)),
+    Row(Role.Q_PROJ, "{i}.self_attn.q_proj.weight", ("QD", "H")),
+    Row(Role.K_PROJ, "{i}.self_attn.k_proj.weight", ("KD", "H")),
+    Row(Role.V_PROJ, "{i}.self_attn.v_proj.weight", ("KD", "H")),
+    Row(Role.O_PROJ, "{i}.self_attn.o_proj.weight", ("H", "QD")),
+    Row(Role.Q_NORM, "{i}.self_attn.q_norm.weight", ("D",)),
+    Row(Role.K_NORM, "{i}.self_attn.k_norm.weight", ("D",)),
+    Row(Role.ATTN_GATE, "{i}.self_attn.g_proj.weight", ("NH", "H")),
 )
 #: the MTP layer's MLP is dense (SwiGLU)
 MLP_ROWS = (
-    Row(Role.MLP_GATE, "mlp.gate_proj.weight", ("I", "H")),
-    Row(Role.MLP_UP, "mlp.up_proj.weight", ("I", "H")),
-    Row(Role.MLP_DOWN, "mlp.down_proj.weight", ("H", "I")),
+    Row(Role.MLP_GATE, "{i}.mlp.gate_proj.weight", ("I", "H")),
+    Row(Role.MLP_UP, "{i}.mlp.up_proj.weight", ("I", "H")),
+    Row(Role.MLP_DOWN, "{i}.mlp.down_proj.weight", ("H", "I")),
 )
 #: the MTP layer's attention is the sliding-window kind, so its heads are those counts
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
@@ -86,7 +88,7 @@ STEP3P5 = FamilySpec(
     text_model_types=(),
     # the MTP layer is dense (the trunk's MoE has no rows here)
     moe=False,
-    head_rows=HEAD_ROWS,
+    head_rows=(),
     layer_rows=LAYER_ROWS,
     mlp_rows=MLP_ROWS,
     expert_rows={},
@@ -94,6 +96,7 @@ STEP3P5 = FamilySpec(
     norm_offset=1.0,
     hf_head_prefix="model.layers.{N}.",
     head_index_key="num_hidden_layers",
+    appended_steps=True,
     head_file_prefix="model.layers.{N}.",
     mlx_head_prefixes=(),
     count_keys=("num_nextn_predict_layers",),
