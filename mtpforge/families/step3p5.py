@@ -2,9 +2,9 @@
 each a dense sliding-window Step-3.5 decoder layer plus the NextN tensors and its own shared head
 (docs/families/step3p5.md).
 
-mtpforge writes one MTP layer, the one at index ``num_hidden_layers`` (GLM's appended-layer
-prefix); the release declares three (``num_nextn_predict_layers``) and a source declaring more
-than one is refused. The layer's attention is the sliding-window kind: its head counts are
+Each MTP step is one appended layer (``appended_steps``): the release declares three
+(``num_nextn_predict_layers``), llama.cpp's converter writes them as ``blk.{N+i}``, and so does
+mtpforge. The layer's attention is the sliding-window kind: its head counts are
 ``attention_other_setting``'s, which is also what the converter appends to the per-layer arrays
 (measured), with ``sliding_window_pattern`` ``True`` and SwiGLU clamps ``0.0`` (MTP layers are not
 clamped). Its query heads carry the head-wise gate ``g_proj`` [heads, H]. Every norm is stored
