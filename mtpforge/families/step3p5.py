@@ -45,16 +45,16 @@ MLP_ROWS = (
     Row(Role.MLP_UP, "{i}.mlp.up_proj.weight", ("I", "H")),
     Row(Role.MLP_DOWN, "{i}.mlp.down_proj.weight", ("H", "I")),
 )
-#: the MTP layer's attention is the sliding-window kind, so its heads are those counts
+#: the MTP layer's attention is the sliding-window kind, so its heads are those counts; the
+#: trunk's MoE sizes are no row's (the MTP layers are dense), so they are not read
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
     "H": "hidden_size", "NH": "attention_other_setting.num_attention_heads", "D": "head_dim",
-    "KV": "attention_other_setting.num_attention_groups", "I": "intermediate_size", "E": "moe_num_experts",
-    "IM": "moe_intermediate_size", "V": "vocab_size",
+    "KV": "attention_other_setting.num_attention_groups", "I": "intermediate_size", "V": "vocab_size",
 }
-#: the trunk states its head counts per layer (full and sliding-window layers differ); the
-#: sliding-window ones are the larger (inspect reads an array's largest entry); no expert
-#: width is a row's
-GGUF_DIM_KEYS: dict[str, "str | None"] = {"IM": None}
+#: the trunk states its head counts per layer (full and sliding-window layers differ; the
+#: sliding-window ones are the larger, and an array reads as its largest entry); no expert
+#: count or width is a row's
+GGUF_DIM_KEYS: dict[str, "str | None"] = {"E": None, "IM": None}
 #: the converter extends these per-layer arrays by the MTP layer's entry (measured)
 GGUF_LAYER_ARRAYS: dict[str, "str | bool | float"] = {
     "attention.head_count": "NH", "attention.head_count_kv": "KV", "attention.sliding_window_pattern": True,

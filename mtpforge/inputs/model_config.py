@@ -85,8 +85,7 @@ class _Core(BaseModel):
     # Nemotron-H's MoE: the shared expert's own width, and the latent width (Nemotron 3 Super)
     moe_shared_expert_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     moe_latent_size: Optional[Dim] = Field(None, description=_DIM)
-    # Step-3.5: the expert count, and the sliding-window attention's head counts
-    moe_num_experts: Optional[Dim] = Field(None, description=_DIM)
+    # Step-3.5: the sliding-window attention's head counts
     attention_other_setting: Optional[_OtherAttention] = Field(None, description="an object")
 
 
