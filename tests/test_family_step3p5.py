@@ -7,7 +7,7 @@ extended per MTP layer (sliding-window head counts, pattern ``True``, SwiGLU cla
 and llama-server drafts with the MTP-only file, its output identical to the trunk alone.
 
 The converter runs with ``--raw-config``: measured, transformers 5.24 maps ``step3p5`` to
-``Step3p7TextConfig``, whose ``to_dict()`` renames ``num_attention_groups`` (and the MoE keys)
+``Step3p7TextConfig``, whose ``to_dict()`` lacks ``num_attention_groups`` (and the MoE keys)
 that conversion/step3.py reads, so the unmodified run stops with ``KeyError``.
 """
 
