@@ -25,6 +25,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", required=True, type=Path, help="llama.cpp source tree (holds convert_hf_to_gguf.py)")
     ap.add_argument("--pre", default=None, help="declare the BPE pre-tokenizer (e.g. qwen35)")
+    ap.add_argument("--raw-config", action="store_true",
+                    help="read config.json as stored (the converter's own fallback when transformers cannot load "
+                         "the config): for model types the installed transformers maps to a config class that "
+                         "renames the keys the converter reads (step3p5 -> Step3p7TextConfig)")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for convert_hf_to_gguf.py (after --)")
     a = ap.parse_args()
     script = a.tree / "convert_hf_to_gguf.py"
@@ -34,6 +38,15 @@ def main() -> None:
         from conversion import base  # llama.cpp's converter package, from the tree
 
         base.TextModel.get_vocab_base_pre = lambda self, tokenizer: a.pre  # type: ignore[method-assign]
+    if a.raw_config:
+        from conversion import base  # noqa: F811
+
+        class _RawConfig:
+            @staticmethod
+            def from_pretrained(*args, **kwargs):
+                raise ValueError("--raw-config: config.json is read as stored")
+
+        base.AutoConfig = _RawConfig  # type: ignore[attr-defined,misc]
     rest = a.args[1:] if a.args[:1] == ["--"] else a.args
     sys.argv = [str(script), *rest]
     runpy.run_path(str(script), run_name="__main__")

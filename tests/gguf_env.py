@@ -10,6 +10,7 @@ command that builds it (tests/external.py).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -52,6 +53,11 @@ def _cached(folder: Path, name: str) -> tuple[Path, bool]:
     return p, p.is_file()
 
 
+#: model types whose config.json the converter must read as stored: transformers 5.24 maps them to
+#: a config class that renames the keys the converter reads (docs/families/step3p5.md §2)
+RAW_CONFIG_MODEL_TYPES = ("step3p5",)
+
+
 def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "qwen35") -> Path:
     """llama.cpp's converter on ``folder``: ``trunk`` (--no-mtp), ``mtp`` (--mtp: the MTP-only
     file) or ``full`` (trunk with its NextN tail)."""
@@ -64,6 +70,8 @@ def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "q
     cmd = [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE)]
     if pre:
         cmd += ["--pre", pre]
+    if json.loads((folder / "config.json").read_text()).get("model_type") in RAW_CONFIG_MODEL_TYPES:
+        cmd += ["--raw-config"]
     cmd += ["--", str(folder), "--outtype", outtype, "--outfile", str(tmp), *flag]
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     if r.returncode != 0 or not tmp.is_file():

@@ -147,7 +147,8 @@ def _key_fragments() -> tuple[set[str], set[str]]:
 
     A row's key template yields each segment with an underscore (``pre_fc_norm_hidden``,
     ``shared_expert_gate``, ``switch_mlp``), each pair of adjacent segments (``mlp.gate``,
-    ``experts.down_proj``) and, without placeholders, the key itself (``fc.weight``); a spec's
+    ``experts.down_proj``) and, without placeholders, the key itself (``fc.weight``, and
+    ``{i}.enorm.weight`` whose only placeholder is the step); a spec's
     head prefixes yield themselves (``mtp.``, ``language_model.mtp.``, the literal part of
     ``model.layers.{N}.``)."""
     from mtpforge.families import FAMILIES
@@ -166,6 +167,8 @@ def _key_fragments() -> tuple[set[str], set[str]]:
             frags |= {s for s in segs if "_" in s and "{" not in s}
             if "{" not in row.key:
                 frags.add(row.key)
+            elif row.key.startswith("{i}.") and "{" not in row.key[4:]:
+                frags.add(row.key)  # a step-indexed key, spelled whole (Step-3.5's ``{i}.enorm.weight``)
     frags.discard("")
     return frags, formats
 

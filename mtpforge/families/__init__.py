@@ -11,8 +11,9 @@ from .nemotron_h import NEMOTRON_H
 from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
 from .qwen3_next import QWEN3_NEXT
 from .spec import FamilySpec, Role, Row
+from .step3p5 import STEP3P5
 
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
-FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H)}
+FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

@@ -70,6 +70,8 @@ class Role(str, Enum):
     # the shared expert still reads the un-projected input, so these are roles of their own
     LATENT_DOWN = "latent_down_proj"
     LATENT_UP = "latent_up_proj"
+    # a head-wise attention gate (Step-3.5's ``g_proj``: one sigmoid gate per query head)
+    ATTN_GATE = "attn_gate"
 
 
 #: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
@@ -172,6 +174,10 @@ class FamilySpec:
     dim_keys: Mapping[str, "str | tuple[str, ...]"] = field(default_factory=dict)
     #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
     head_index_key: str | None = None
+    #: every MTP step is one more layer appended after the backbone's: ``{N}`` in the prefix is
+    #: the first, and step ``i`` sits at ``N + i`` (Step-3.5's three layers); its bare keys are
+    #: ``{i}.`` + the layer's key, so the rows spell ``{i}`` as Qwen's ``mtp.layers.{i}`` do
+    appended_steps: bool = False
     #: head tensors no MLX runtime reads, left out of MLX folders (GLM's ``embed_tokens`` copy:
     #: MTPLX drafts with the trunk's embedding; llama.cpp reads the copy, so GGUF keeps it)
     unread_in_mlx: frozenset[Role] = frozenset()
@@ -200,9 +206,10 @@ class FamilySpec:
     #: llama.cpp per-layer metadata arrays (key after ``{arch}.``) that the converter extends
     #: by an entry for each MTP block, -> the shape symbol that entry takes (Nemotron-H's folded
     #: block counts as an attention and a MoE layer: ``attention.head_count_kv`` gets KV,
-    #: ``feed_forward_length`` the expert width); arrays not named here keep their default
-    #: (``gguf/meta.py``)
-    gguf_layer_arrays: Mapping[str, str] = field(default_factory=dict)
+    #: ``feed_forward_length`` the expert width), or the entry itself where it is not a
+    #: dimension (a bool or a float: Step-3.5's ``sliding_window_pattern`` gets ``True``, its
+    #: SwiGLU clamps ``0.0``); arrays not named here keep their default (``gguf/meta.py``)
+    gguf_layer_arrays: Mapping[str, "str | bool | float"] = field(default_factory=dict)
     #: where the converter writes ``{arch}.nextn_predict_layers``: before the first metadata key
     #: starting with one of these (first one found wins; ``{arch}`` filled), else last. Each
     #: converter class adds it at its own point: Qwen3.5's before the SSM keys, GLM's and
@@ -323,8 +330,20 @@ class FamilySpec:
 
     def strip_prefix(self, key: str, config: Any = None) -> str | None:
         """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""
+        if self.appended_steps:
+            return self._appended_bare(key, config)
         p = next((p for p in self.head_prefixes(config) if key.startswith(p)), None)
         return None if p is None else key[len(p):]
+
+    def _appended_bare(self, key: str, config: Any) -> str | None:
+        """``{i}.`` + the rest for a key of the appended layer ``N + i`` (``appended_steps``)."""
+        first = self.head_prefix(config)
+        stem = self.hf_head_prefix.split("{N}")[0]
+        n = int(first[len(stem):].rstrip("."))
+        m = re.match(re.escape(stem) + r"(\d+)\.(.+)$", key)
+        if m is None or int(m.group(1)) < n:
+            return None
+        return f"{int(m.group(1)) - n}.{m.group(2)}"
 
     def is_head_key(self, key: str, config: Any = None) -> bool:
         """A stored key (any layout) that belongs to the MTP head, not to the backbone."""

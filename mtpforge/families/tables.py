@@ -64,6 +64,16 @@ def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(as_config(config).text_raw)
 
 
+def _lookup(text: Any, key: str) -> Any:
+    """A text-config value; a dotted key reads into a nested object (Step-3.5's sliding-window
+    head counts sit in ``attention_other_setting``)."""
+    first, *rest = key.split(".")
+    one = getattr(text, first, None)
+    for part in rest:
+        one = one.get(part) if isinstance(one, Mapping) else getattr(one, part, None)
+    return one
+
+
 def dims(config: Mapping[str, Any]) -> dict[str, int]:
     """Config dimensions that the shape templates use (validated when config.json was read)."""
     cfg = as_config(config)
@@ -74,7 +84,7 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
         keys = k.get(name, ())
         got: int | None = 1
         for key in (keys,) if isinstance(keys, str) else keys:
-            one = getattr(cfg.text, key, None)
+            one = _lookup(cfg.text, key)
             got = None if one is None or got is None else got * one
         if got is None or not keys:
             if default is None:

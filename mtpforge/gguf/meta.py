@@ -42,7 +42,8 @@ class MtpMeta:
 def mtp_meta(spec: FamilySpec, dims: Mapping[str, int]) -> MtpMeta:
     """The family's rules for its MTP block's metadata, the per-layer entries filled from the
     source's dimensions (``dims``: the family's shape symbols)."""
-    return MtpMeta({f"{{arch}}.{k}": dims[sym] for k, sym in spec.gguf_layer_arrays.items()}, spec.gguf_nextn_before)
+    return MtpMeta({f"{{arch}}.{k}": dims[sym] if isinstance(sym, str) else sym for k, sym in spec.gguf_layer_arrays.items()},
+                   spec.gguf_nextn_before)
 
 
 def _anchor(kv: dict[str, KV], arch: str, before: tuple[str, ...]) -> str | None:

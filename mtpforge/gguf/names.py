@@ -76,6 +76,7 @@ TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
     Role.V_B: (_T.ATTN_V_B, "weight"),
     Role.LATENT_DOWN: (_T.MOE_LATENT_DOWN, "weight"),
     Role.LATENT_UP: (_T.MOE_LATENT_UP, "weight"),
+    Role.ATTN_GATE: (_T.ATTN_GATE, "weight"),
 }
 #: the row a role takes in an architecture whose tensor list (gguf-py's ``MODEL_TENSORS``) lacks
 #: its default one: DeepSeek-2's layers call the post-attention norm ``ffn_norm``

@@ -46,6 +46,15 @@ TokenId = Annotated[StrictInt, Field(ge=0)]
 TokenIds = Union[TokenId, list[TokenId]]
 
 
+class _OtherAttention(BaseModel):
+    """Step-3.5's ``attention_other_setting``: the sliding-window layers' own head counts."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, protected_namespaces=())
+
+    num_attention_heads: Optional[Dim1] = Field(None, description=_DIM1)
+    num_attention_groups: Optional[Dim] = Field(None, description=_DIM)
+
+
 class _Core(BaseModel):
     """What decides whether mtpforge can read the model: one level of the config (the top, or
     the nested ``text_config``)."""
@@ -76,6 +85,8 @@ class _Core(BaseModel):
     # Nemotron-H's MoE: the shared expert's own width, and the latent width (Nemotron 3 Super)
     moe_shared_expert_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     moe_latent_size: Optional[Dim] = Field(None, description=_DIM)
+    # Step-3.5: the sliding-window attention's head counts
+    attention_other_setting: Optional[_OtherAttention] = Field(None, description="an object")
 
 
 class _Soft(BaseModel):

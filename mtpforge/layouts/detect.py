@@ -80,6 +80,16 @@ def _mtp_layout(file: str, raw: bool, family: str | None) -> str:
     return "embedded"
 
 
+def _flat_bare(key: str, flat: tuple[str, ...], cat: Catalogue, family: str | None) -> str | None:
+    """The bare key of a head key stored outside the language model's namespace (a family whose
+    steps are appended layers strips each layer's index itself), None for any other key."""
+    spec = FAMILIES.get(family or "")
+    if spec is not None and spec.appended_steps:
+        return spec.strip_prefix(key, cat.config)
+    prefix = next((p for p in flat if key.startswith(p)), None)
+    return None if prefix is None else key[len(prefix):]
+
+
 def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, TensorInfo]]:
     found: dict[str, dict[str, TensorInfo]] = {}
     raw = is_raw_hf(cat)
@@ -89,8 +99,8 @@ def _candidates(cat: Catalogue, family: str | None) -> dict[str, dict[str, Tenso
             prefix = next((p for p in _EMBEDDED_PREFIXES if key.startswith(p)), None)
             if prefix is not None:
                 found.setdefault("embedded", {})[key[len(prefix):]] = info
-            elif (prefix := next((p for p in flat if key.startswith(p)), None)) is not None:
-                found.setdefault(_mtp_layout(info.file, raw, family), {})[key[len(prefix):]] = info
+            elif (bare := _flat_bare(key, flat, cat, family)) is not None:
+                found.setdefault(_mtp_layout(info.file, raw, family), {})[bare] = info
     return found
 
 

@@ -70,13 +70,15 @@ def fused_expert_names(keys: Any, gate_up: bool = True, rename: tuple[str, str] 
     return out
 
 
-def convert(folder: Path, out_dir: Path, mode: str, pre: str, outtype: str = "f32") -> dict[str, Any]:
-    """llama.cpp's converter: ``trunk`` (--no-mtp), ``mtp`` (--mtp) or ``full`` (default)."""
+def convert(folder: Path, out_dir: Path, mode: str, pre: str, outtype: str = "f32",
+            raw_config: bool = False) -> dict[str, Any]:
+    """llama.cpp's converter: ``trunk`` (--no-mtp), ``mtp`` (--mtp) or ``full`` (default);
+    ``raw_config``: config.json read as stored (scripts/convert_official_gguf.py --raw-config)."""
     gguf_env.need("converter")
     flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": []}[mode]
     out = out_dir / f"{folder.name}-{mode}-{outtype}.gguf"
     cmd = [str(gguf_env.TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(gguf_env.TREE),
-           "--pre", pre, "--", str(folder), "--outtype", outtype, "--outfile", str(out), *flag]
+           "--pre", pre, *(["--raw-config"] if raw_config else []), "--", str(folder), "--outtype", outtype, "--outfile", str(out), *flag]
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     res: dict[str, Any] = {"mode": mode, "flag": " ".join(flag) or "(default)", "rc": r.returncode, "file": str(out)}
     if r.returncode != 0:
