@@ -12,7 +12,9 @@ runs it:
     x     = DecoderLayer(x)                    # mlx-lm's glm4_moe.DecoderLayer, the MoE kind
     logit = shared_head.head(shared_head.norm(x))   # drafts x[t+2]
 
-``embed_tokens`` and ``shared_head.head`` are GLM-4.5's own copies of the trunk's embedding and
+The NextN layer is mtpforge's own head (``decoder/nextn.py``, what ``verify`` builds): one head
+implementation for the decoder, this trainer and the tests. ``embed_tokens`` and
+``shared_head.head`` are GLM-4.5's own copies of the trunk's embedding and
 ``lm_head`` (frozen, written beside the head as the release does). GLM's norms are raw: the
 weight multiplies as stored, so the head is exported without any shift.
 """
@@ -56,7 +58,7 @@ class GlmTrainSettings(BaseTrainSettings):
 @dataclass
 class GlmTrainResult:
     model: nn.Module
-    head: "NextN"
+    head: nn.Module
     config: dict[str, Any]
     settings: GlmTrainSettings
     backbone_seconds: float = 0.0
@@ -65,29 +67,20 @@ class GlmTrainResult:
     head_losses: list[tuple[int, float]] = field(default_factory=list)
 
 
-class NextN(nn.Module):
-    """GLM's NextN layer as llama.cpp's ``graph_mtp`` computes it, up to ``shared_head.norm``
-    (the vocabulary projection is the frozen ``shared_head.head``, the trunk's lm_head copy)."""
+def make_head(args: Any) -> nn.Module:
+    """The product's NextN head (decoder/nextn.py: mlx-lm's ``glm4_moe.DecoderLayer`` at index N,
+    a MoE layer, with the NextN tensors around it), up to ``shared_head.norm``: the vocabulary
+    projection is the frozen ``shared_head.head``, the trunk's lm_head copy. Its input
+    projection's weights are drawn before the layer's, the order the committed model was made
+    in, so the same seed gives the same model."""
+    from mlx_lm.models import glm4_moe
 
-    def __init__(self, args: Any) -> None:
-        super().__init__()
-        from mlx_lm.models import glm4_moe
+    from mtpforge.decoder.nextn import nextn_head
 
-        h, eps = args.hidden_size, args.rms_norm_eps
-        self.enorm = nn.RMSNorm(h, eps=eps)
-        self.hnorm = nn.RMSNorm(h, eps=eps)
-        self.eh_proj = nn.Linear(2 * h, h, bias=False)
-        self.layer = glm4_moe.DecoderLayer(args, args.num_hidden_layers)  # index N >= first_k_dense: MoE
-        self.shared_head_norm = nn.RMSNorm(h, eps=eps)
-
-    def __call__(self, hidden: mx.array, next_embed: mx.array) -> mx.array:
-        """``hidden[t]`` (post-norm trunk state) and ``next_embed[t]`` (embedding of x[t+1]) ->
-        the normed state whose projection drafts x[t+2]; causal over the sequence."""
-        from mlx_lm.models.base import create_attention_mask
-
-        x = self.eh_proj(mx.concatenate([self.enorm(next_embed), self.hnorm(hidden)], axis=-1))
-        x = self.layer(x, create_attention_mask(x, None))
-        return self.shared_head_norm(x)
+    eh_proj = nn.Linear(2 * args.hidden_size, args.hidden_size, bias=False)
+    head = nextn_head(glm4_moe.DecoderLayer, args, own_head=False)
+    head.eh_proj = eh_proj
+    return head
 
 
 # --- model --------------------------------------------------------------------------------
@@ -105,14 +98,13 @@ def trunk_hidden(model: nn.Module, tokens: mx.array) -> mx.array:
     return model.model(tokens)
 
 
-def init_head(model: nn.Module, settings: GlmTrainSettings) -> NextN:
+def init_head(model: nn.Module, settings: GlmTrainSettings) -> nn.Module:
     """A fresh NextN layer with spread norm weights (seeded; see ``head_norm_spread``)."""
-    head = NextN(model.args)
+    head = make_head(model.args)
     rng = np.random.default_rng(settings.seed + 3)
-    norms = [head.enorm, head.hnorm, head.layer.input_layernorm, head.layer.post_attention_layernorm,
-             head.shared_head_norm]
+    norms = [head.enorm, head.hnorm, head.input_layernorm, head.post_attention_layernorm, head.shared_head.norm]
     for norm in norms:
-        gain = settings.head_mlp_gain if norm is head.layer.post_attention_layernorm else 1.0
+        gain = settings.head_mlp_gain if norm is head.post_attention_layernorm else 1.0
         w = gain * np.exp(settings.head_norm_spread * rng.standard_normal(norm.weight.shape))
         norm.weight = mx.array(w.astype(np.float32))
     return head
@@ -121,7 +113,7 @@ def init_head(model: nn.Module, settings: GlmTrainSettings) -> NextN:
 # --- training -----------------------------------------------------------------------------
 
 
-def head_loss(model: nn.Module, head: NextN, batch: mx.array, settings: GlmTrainSettings) -> mx.array:
+def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmTrainSettings) -> mx.array:
     """Drafting x[t+2] from (h[t], x[t+1]): distillation on the frozen trunk's own t+2
     distribution (its logits at t+1) plus a little cross-entropy on the data."""
     post = mx.stop_gradient(trunk_hidden(model, batch))
@@ -134,7 +126,7 @@ def head_loss(model: nn.Module, head: NextN, batch: mx.array, settings: GlmTrain
     return settings.distill_weight * distill + settings.ce_weight * ce
 
 
-def train_head(model: nn.Module, head: NextN, stream: np.ndarray, settings: GlmTrainSettings,
+def train_head(model: nn.Module, head: nn.Module, stream: np.ndarray, settings: GlmTrainSettings,
                log: Callable[[str], None] | None = None) -> tuple[list[tuple[int, float]], float]:
     """Train ``head`` with the trunk frozen."""
     model.eval()
@@ -181,7 +173,7 @@ def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
     return out
 
 
-def draft_acceptance(model: nn.Module, head: NextN, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
+def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
     """Depth-1 greedy acceptance along the greedy path (a draft of x[t+2] from h[t], x[t+1] is
     accepted iff it equals the greedy token): what llama-server's draft counters measure."""
     drafted = accepted = 0
@@ -212,18 +204,16 @@ def unstack_experts(params: dict[str, mx.array]) -> dict[str, mx.array]:
     return out
 
 
-def hf_tensors(model: nn.Module, head: NextN, config: dict[str, Any]) -> dict[str, mx.array]:
+def hf_tensors(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dict[str, mx.array]:
     """The release layout: trunk under ``model.``/``lm_head``, the NextN layer under
     ``model.layers.{N}.`` with GLM-4.5's own head and embedding copies; norms raw; float32.
     Checked against ``synth.glm4_moe``'s table of names and shapes."""
     n = config["num_hidden_layers"]
     trunk = unstack_experts(dict(tree_flatten(model.parameters())))
     p = f"model.layers.{n}."
-    hp = dict(tree_flatten(head.parameters()))
-    nextn = {p + k[len("layer."):]: v for k, v in unstack_experts(hp).items() if k.startswith("layer.")}
-    nextn.update({p + "eh_proj.weight": hp["eh_proj.weight"], p + "enorm.weight": hp["enorm.weight"],
-                  p + "hnorm.weight": hp["hnorm.weight"], p + "shared_head.norm.weight": hp["shared_head_norm.weight"],
-                  p + "shared_head.head.weight": trunk["lm_head.weight"],
+    # the head's parameters are the release's bare keys already (decoder/nextn.py)
+    nextn = {p + k: v for k, v in unstack_experts(dict(tree_flatten(head.parameters()))).items()}
+    nextn.update({p + "shared_head.head.weight": trunk["lm_head.weight"],
                   p + "embed_tokens.weight": trunk["model.embed_tokens.weight"]})
     tensors = {**trunk, **nextn}
     shapes = _trunk_shapes(config)
