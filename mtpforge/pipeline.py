@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
@@ -40,6 +40,10 @@ from .results import AddResult, DryRunFacts
 from .writer.lock import folder_lock
 from .writer.atomic import StagedFolder, check_disk_space, check_writable_parent, cleanup_leftovers
 from .writer.safetensors_stream import SafetensorsWriter, TensorSpec
+
+if TYPE_CHECKING:
+    from .gguf.addmtp import GgufAddPlan
+
 
 # ----------------------------------------------------------------------------- resolve
 
@@ -197,8 +201,20 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                    tuple(notes))
 
 
-def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> AddPlan:
-    """Read the target and the source's index and headers (no tensor data) and plan."""
+def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> "AddPlan | GgufAddPlan":
+    """Read the target and the source's index and headers (no tensor data) and plan, for the
+    target's output format: an MLX folder (this module) or a llama.cpp GGUF trunk
+    (``gguf/addmtp.py``, which shares the source side, ``source.py``, and the family rows)."""
+    from .gguf.addmtp import is_gguf_path, plan_gguf
+
+    if is_gguf_path(options.target):
+        if options.runtime is not None and RUNTIMES[options.runtime].output_format != OutputFormat.GGUF:
+            raise InputError(f"--runtime {options.runtime} loads an MLX folder, but --target is a GGUF file",
+                             "pass the MLX model folder as --target (or leave --runtime out for llama.cpp)")
+        return plan_gguf(source=options.source, target=options.target, layout=options.layout,
+                         precision=None if options.precision in (None, "match") else str(options.precision),
+                         fetch=options.fetch, revision=options.revision, output=options.output,
+                         dry_run=options.dry_run, force=options.force, progress=progress)
     if not options.dry_run:
         cleanup_leftovers(Path(options.target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(options.target)
@@ -252,19 +268,11 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
 # ----------------------------------------------------------------------------- execute
 
 def add(options: AddOptions, *, progress: bool = True) -> AddResult | dict[str, Any]:
-    """Plan and execute under the folder's lock; a GGUF trunk goes to the GGUF writer (its report
-    is the docs/CONTRACT.md dict already)."""
-    from .gguf.addmtp import add_mtp_gguf, is_gguf_path
+    """Plan and execute: one path for every output format (a GGUF trunk's report is the
+    docs/CONTRACT.md dict already). An MLX folder is held under its lock from the first read."""
+    from .gguf.addmtp import is_gguf_path
 
-    if is_gguf_path(options.target):  # a llama.cpp trunk: the GGUF output format
-        if options.runtime is not None and RUNTIMES[options.runtime].output_format != OutputFormat.GGUF:
-            raise InputError(f"--runtime {options.runtime} loads an MLX folder, but --target is a GGUF file",
-                             "pass the MLX model folder as --target (or leave --runtime out for llama.cpp)")
-        return add_mtp_gguf(source=options.source, target=options.target, layout=options.layout,
-                            precision=None if options.precision in (None, "match") else str(options.precision),
-                            fetch=options.fetch, revision=options.revision, output=options.output,
-                            dry_run=options.dry_run, force=options.force, progress=progress)
-    if options.dry_run:
+    if options.dry_run or is_gguf_path(options.target):  # a GGUF trunk is only ever read
         return execute(plan_add_mtp(options, progress=progress), progress=progress)
     # held from the first read of the target to the commit: a run that read the folder before
     # another run's swap must not stage from it (the shared lock lets --output runs read together)
@@ -317,8 +325,12 @@ def _existing(plan: AddPlan) -> _Existing:
     return _Existing(root, manifest, cat, loc)
 
 
-def execute(plan: AddPlan, *, progress: bool = True) -> AddResult:
+def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResult | dict[str, Any]:
     """Carry out a plan: a dry run reports it; else fetch, convert, stage, validate, commit."""
+    from .gguf.addmtp import GgufAddPlan, execute_gguf
+
+    if isinstance(plan, GgufAddPlan):
+        return execute_gguf(plan, progress=progress)
     result = plan.result()
     if plan.options.dry_run:
         to_fetch = list(plan.to_fetch)

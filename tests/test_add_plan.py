@@ -55,3 +55,25 @@ def test_plan_refuses_a_layout_the_family_has_not():
     with pytest.raises(Exception, match="embedded layout does not apply"):
         make_plan(AddOptions(source="s", target="t", layout="embedded"), target=Path("/nowhere/t"),
                   target_config=config, family="qwen3_next", source=_source_head(config))
+
+
+def test_one_plan_and_execute_for_every_output_format(synth, make_target, tmp_path: Path) -> None:
+    """``plan_add_mtp`` reads headers only and returns the target's format's plan (an MLX folder:
+    AddPlan; a llama.cpp trunk: GgufAddPlan); nothing is written until ``execute`` carries it out,
+    and then the head is there."""
+    from mtpforge.gguf.addmtp import GgufAddPlan
+    from mtpforge.pipeline import AddPlan, execute, plan_add_mtp
+    from tests.checkers import folder_state
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    hf = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(hf, tmp_path / "gguf" / "Tiny-Qwen3_5-F32.gguf")
+    folder = make_target("qwen3_5")
+    for target, kind in ((trunk, GgufAddPlan), (folder, AddPlan)):
+        parent = target.parent if target.is_file() else target
+        before = folder_state(parent)
+        plan = plan_add_mtp(AddOptions.parse(source=str(hf), target=str(target)), progress=False)
+        assert isinstance(plan, kind) and folder_state(parent) == before
+        r = execute(plan, progress=False)
+        report = r if isinstance(r, dict) else r.as_dict()
+        assert report["status"] == "written" and folder_state(parent) != before, report

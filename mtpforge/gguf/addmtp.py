@@ -99,7 +99,7 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
     return g, family
 
 
-def _existing(g: "_GgufPlan", force: bool) -> str | None:
+def _existing(g: "GgufAddPlan", force: bool) -> str | None:
     """'same' when dest holds exactly what this run would write, or the head this run would write
     for another quantization of the same model (the head does not depend on the trunk's type);
     'serves-recorded' when that trunk was just added to the head's record; raises on a foreign
@@ -123,7 +123,7 @@ def _existing(g: "_GgufPlan", force: bool) -> str | None:
     raise RefusedError(f"{dest} exists and {what}", "pass --force to replace it, or --output another path")
 
 
-def _serves(m: GgufManifestFile, g: "_GgufPlan", dest: Path) -> bool:
+def _serves(m: GgufManifestFile, g: "GgufAddPlan", dest: Path) -> bool:
     """The head in ``dest`` is this run's for another trunk of the same model: same source and
     options, and every tensor it shares with the trunk has this trunk's shape."""
     from .inspect import check_head_file
@@ -139,7 +139,7 @@ def _serves(m: GgufManifestFile, g: "_GgufPlan", dest: Path) -> bool:
     return not any(f.severity == "error" for f in found)
 
 
-def _record_trunk(mp: Path, g: "_GgufPlan") -> None:
+def _record_trunk(mp: Path, g: "GgufAddPlan") -> None:
     """Add this trunk to the head's record (what inspect and verify pair the head with)."""
     obj = json.loads(mp.read_text("utf-8"))
     first = obj.get("trunk")
@@ -154,17 +154,35 @@ def add_mtp_gguf(
     revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Add the source's MTP head for llama.cpp; see the module docstring."""
-    from ..source import planned_requests
+    """Add the source's MTP head for llama.cpp (plan, then execute); see the module docstring."""
+    plan = plan_gguf(source=source, target=target, layout=layout, precision=precision, fetch=fetch,
+                     revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
+    return execute_gguf(plan, progress=progress)
 
+
+def plan_gguf(
+    *, source: str, target: str, layout: str | None = None, precision: str | None = None, fetch: str = "auto",
+    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
+    progress: bool = True,
+) -> "GgufAddPlan":
+    """Read the trunk's header and the source's index and headers (no tensor data) and plan: the
+    GGUF output format's half of ``pipeline.plan_add_mtp``."""
     if fetch not in ("auto", "ranges", "shards"):
         raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
     row = GGUF_LAYOUTS.get(layout or GGUF_MTP.name)
     if row is None:
         raise InputError(f"the {layout} layout does not apply to a GGUF target", f"use --layout {' or '.join(GGUF_LAYOUTS)}")
-    prog = Progress(enabled=progress)
-    g = _plan(source, target, row, parse_precision(precision), revision, output, prog)
-    if dry_run:
+    g = _plan(source, target, row, parse_precision(precision), revision, output, Progress(enabled=progress))
+    g.source_name, g.fetch, g.dry_run, g.force = source, fetch, dry_run, force
+    return g
+
+
+def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> dict[str, Any]:
+    """Carry a plan out (or, for a dry run, report it): the GGUF output format's half of
+    ``pipeline.execute``. Returns the docs/CONTRACT.md report."""
+    from ..source import planned_requests
+
+    if g.dry_run:
         g.report.update(dry_run=True, status="planned",
                         files_to_write=[str(g.dest), str(manifest_path(g.dest)), str(g.dest.parent / CARD)],
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
@@ -173,7 +191,7 @@ def add_mtp_gguf(
                         peak_memory_estimate=_peak_estimate(g.plan),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
         return g.report
-    existing = _existing(g, force)
+    existing = _existing(g, g.force)
     if existing == "same":
         g.report.update(status="already-present", files_written=[])
         return g.report
@@ -182,13 +200,14 @@ def add_mtp_gguf(
         g.report["notes"].append(f"{g.dest.name} already holds this head (written for another quantization of the model; "
                                  f"the head does not depend on the trunk's type): its record now names {g.trunk.name} too")
         return g.report
-    _write(g, source, fetch, progress, prog)
+    _write(g, g.source_name, g.fetch, progress, Progress(enabled=progress))
     return g.report
 
 
 @dataclass
-class _GgufPlan:
-    """What one GGUF add-mtp will fetch and write (the report is filled in as it goes)."""
+class GgufAddPlan:
+    """What one GGUF add-mtp will fetch and write, as data (the report is filled in as it goes);
+    ``execute_gguf`` carries it out."""
 
     row: GgufLayout
     trunk: GgufFile
@@ -200,10 +219,15 @@ class _GgufPlan:
     to_fetch: list[Any]
     fingerprint: dict[str, Any]
     report: dict[str, Any]
+    #: how to run it: the source as the user named it, the fetch mode, the run's switches
+    source_name: str = ""
+    fetch: str = "auto"
+    dry_run: bool = False
+    force: bool = False
 
 
 def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | None, output: str | None,
-          prog: Progress) -> _GgufPlan:
+          prog: Progress) -> GgufAddPlan:
     from ..source import source_fingerprint
 
     trunk, family = _open_trunk(target)
@@ -235,7 +259,7 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
         "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if row.beside_trunk
                 else f"llama-server -m {dest} --spec-type draft-mtp"),
     }
-    return _GgufPlan(row, trunk, family, src, plan, carried, dest, [src.entries[k] for k in keys], fingerprint, report)
+    return GgufAddPlan(row, trunk, family, src, plan, carried, dest, [src.entries[k] for k in keys], fingerprint, report)
 
 
 def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, output: str | None) -> tuple[Path, list[Any]]:
@@ -256,7 +280,7 @@ def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, outpu
     return dest, carried
 
 
-def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress) -> None:
+def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progress) -> None:
     from ..source import reader
 
     trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
@@ -299,7 +323,7 @@ def _write(g: _GgufPlan, source: str, fetch: str, progress: bool, prog: Progress
     prog.done(f"wrote {dest} — run: {g.report['run']}")
 
 
-def _card(g: _GgufPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
+def _card(g: GgufAddPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
     """The model card of the head's folder (a GGUF repo's README is its card), with the record
     that proves it; the section of the head this run replaces is rewritten in place."""
     old, _ = read_gguf_manifest(manifest_path(g.dest))
@@ -310,7 +334,7 @@ def _card(g: _GgufPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[st
     return card_beside(g.dest.parent, view, (_norms_said(g.family)[1], closing), recorded)
 
 
-def _manifest(g: _GgufPlan, source: str) -> dict[str, Any]:
+def _manifest(g: GgufAddPlan, source: str) -> dict[str, Any]:
     src, trunk = g.src, g.trunk
     return {
         "mtpforge_manifest": MANIFEST_VERSION, "mtpforge_version": __version__, "family": g.family,
@@ -352,4 +376,4 @@ def _write_json(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["add_mtp_gguf", "is_gguf_path", "manifest_path"]
+__all__ = ["GgufAddPlan", "add_mtp_gguf", "execute_gguf", "is_gguf_path", "manifest_path", "plan_gguf"]
