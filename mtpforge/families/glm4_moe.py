@@ -11,7 +11,7 @@ GLM-4.5 ships its own ``shared_head.head`` and ``embed_tokens``; GLM-4.6 leaves 
 
 from __future__ import annotations
 
-from .spec import FamilySpec, Role, Row
+from .spec import FamilySpec, Role, Row, backbone_marker
 
 #: the NextN layer's own tensors (one MTP layer: no ``{i}``, the layer index is in the prefix)
 HEAD_ROWS = (
@@ -73,10 +73,6 @@ def _decoder_layer() -> type:
     return DecoderLayer
 
 
-def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
-    """A per-expert backbone expert: the release stores them so, mlx-lm stacks them."""
-    return key.startswith("model.layers.") and key.endswith(RAW_MARKERS[0])
-
 
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight",)
 
@@ -110,5 +106,6 @@ GLM4_MOE = FamilySpec(
     example_repo="zai-org/GLM-4.5-Air",
     unread_in_mlx=frozenset({Role.EMBED_TOKENS}),
     raw_marker_suffixes=RAW_MARKERS,
-    is_raw_tensor=is_raw_tensor,
+    # a per-expert backbone expert: the release stores them so, mlx-lm stacks them
+    is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),
 )

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from .glm4_moe import GLM4_MOE
-from .spec import Role, Row
+from .spec import Role, Row, backbone_marker
 
 LAYER_ROWS = (
     Row(Role.INPUT_NORM, "input_layernorm.weight", ("H",)),
@@ -67,11 +67,6 @@ def _decoder_layer() -> type:
     return Glm4MoeLiteDecoderLayer
 
 
-def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
-    """A per-expert backbone expert, or an unsplit ``kv_b_proj``: the release stores them so,
-    mlx-lm stacks / splits them."""
-    return key.startswith("model.layers.") and key.endswith(RAW_MARKERS)
-
 
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
 #: the absorbed MLA matrices mlx-lm's ``Glm4MoeLiteAttention`` holds instead of ``kv_b_proj``
@@ -95,7 +90,8 @@ GLM4_MOE_LITE = replace(
     gguf_arch="deepseek2",
     example_repo="zai-org/GLM-4.7-Flash",
     raw_marker_suffixes=RAW_MARKERS,
-    is_raw_tensor=is_raw_tensor,
+    # a per-expert backbone expert or an unsplit kv_b_proj: mlx-lm stacks / splits them
+    is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),
     derived_dims=mla_dims,
     gguf_dim_keys=GGUF_DIM_KEYS,
 )

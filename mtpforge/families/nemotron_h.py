@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .spec import FamilySpec, MlxBackbone, Role, Row
+from .spec import FamilySpec, MlxBackbone, Role, Row, backbone_marker
 
 #: the NextN tensors: the input fusion on the first source block, the final norm on the last
 HEAD_ROWS = (
@@ -102,10 +102,6 @@ def _block() -> type:
     return NemotronHBlock
 
 
-def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
-    """A per-expert backbone expert: the release stores them so, mlx-lm's sanitize stacks them."""
-    return key.startswith("backbone.layers.") and key.endswith(RAW_MARKERS[0])
-
 
 RAW_MARKERS = (".mixer.experts.0.up_proj.weight",)
 
@@ -141,7 +137,8 @@ NEMOTRON_H = FamilySpec(
     # read from the BF16 checkpoint (FP8 / NVFP4 releases: docs/families/nemotron_h.md)
     example_repo="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
     raw_marker_suffixes=RAW_MARKERS,
-    is_raw_tensor=is_raw_tensor,
+    # a per-expert backbone expert: mlx-lm's sanitize stacks them
+    is_raw_tensor=backbone_marker("backbone.layers.", RAW_MARKERS),
     derived_dims=expert_width,
     gguf_dim_keys=GGUF_DIM_KEYS,
     optional_dims=frozenset({"L"}),

@@ -374,3 +374,14 @@ QWEN3_NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
     Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM,
 })
+
+
+def backbone_marker(prefix: str, suffixes: tuple[str, ...]) -> Callable[[str, tuple[int, ...]], bool]:
+    """``FamilySpec.is_raw_tensor`` for a family whose raw release is told by a backbone key
+    under ``prefix`` ending in one of ``suffixes`` (a per-expert tensor mlx-lm's sanitize stacks,
+    an unsplit one it splits, a name it renames): the shape does not matter."""
+
+    def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
+        return key.startswith(prefix) and key.endswith(suffixes)
+
+    return is_raw_tensor

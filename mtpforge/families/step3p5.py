@@ -15,7 +15,7 @@ GGUF only (``layouts = ()``).
 
 from __future__ import annotations
 
-from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row
+from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, backbone_marker
 
 #: each appended layer carries its own NextN tensors and shared head (``transformer.`` is the
 #: release's infix), so every row is per MTP step (``{i}``: the layer ``N + i``)
@@ -74,11 +74,6 @@ def _decoder_layer() -> type:
     return Step3p5DecoderLayer
 
 
-def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
-    """A backbone MoE tensor under the release's ``moe.`` name (mlx-lm's sanitize renames the
-    stacked experts to ``mlp.switch_mlp.``)."""
-    return key.startswith("model.layers.") and key.endswith(RAW_MARKERS[0])
-
 
 RAW_MARKERS = (".moe.up_proj.weight",)
 
@@ -112,7 +107,8 @@ STEP3P5 = FamilySpec(
     gguf_arch="step35",
     example_repo="stepfun-ai/Step-3.5-Flash",
     raw_marker_suffixes=RAW_MARKERS,
-    is_raw_tensor=is_raw_tensor,
+    # a backbone MoE tensor under the release's moe. name (mlx-lm's sanitize renames the stacked experts to mlp.switch_mlp.)
+    is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),
     gguf_dim_keys=GGUF_DIM_KEYS,
     gguf_layer_arrays=GGUF_LAYER_ARRAYS,
     # the converter adds nextn_predict_layers after the family's own keys
