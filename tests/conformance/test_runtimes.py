@@ -39,6 +39,13 @@ for _rt in MEASURED:
     for _fam in H.FAMILIES:
         GROUPS[(_rt, _fam)] = [Cell(_rt, _fam, p, ("--runtime", _rt)) for p in H.PRECISIONS] + \
             [Cell(_rt, _fam, "-", (), kind="default")]
+#: the non-Qwen families: add-mtp --runtime R once per runtime (default precision), and plain
+#: add-mtp where a runtime drafts the family (MTPLX); mlx-vlm and vllm-mlx refuse (UNSUPPORTED)
+for _fam in H.OTHER_FAMILIES:
+    for _rt in MEASURED:
+        GROUPS[(_rt, _fam)] = [Cell(_rt, _fam, "default", ("--runtime", _rt))] + \
+            ([Cell(_rt, _fam, "-", (), kind="default")] if (_rt, _fam) not in UNSUPPORTED and
+             _rt not in H.HEADLESS else [])
 for _name, (_rt, _fam, _args, _edit, _) in VARIANTS.items():
     GROUPS.setdefault((_rt, _fam), []).append(Cell(_rt, _fam, "-", _args, kind="variant", edit=_edit, name=_name))
 
@@ -78,6 +85,8 @@ def test_runtime_cell(cell: Cell, rows: Any) -> None:
         assert words in H.why_not(row) + " ".join(row.get("notes") or []), f"{cell.id}: {H.why_not(row)}"
         if row.get("outcome") != "add-mtp refused":  # loaded: every tensor consumed, backbone intact
             assert row["tensors_consumed"] and row["backbone_unchanged"], H.why_not(row)
+        else:  # and inspect --runtime R on plain add-mtp's output says R has no MTP path for it
+            assert "RUNTIME_NO_MTP (error)" in row["inspect_plain"]["findings"], row["inspect_plain"]
         return
     where = NUMERICS.get(cell.id)
     if where is not None:
@@ -86,6 +95,8 @@ def test_runtime_cell(cell: Cell, rows: Any) -> None:
     else:
         assert row["identical"] is True, f"{cell.id}: {H.why_not(row)}"
     assert row["verdict"] == "works", f"{cell.id}: {H.why_not(row)}"
+    if cell.family in H.OTHER_FAMILIES:  # the runtime renames the head's keys: found through the spec
+        assert row["values_compared"], f"{cell.id}: no loaded parameter was matched with the file"
 
 
 @pytest.mark.parametrize("cell", _params("default"))
@@ -96,6 +107,8 @@ def test_default_output(cell: Cell, rows: Any) -> None:
     if cell.runtime == "mtplx":  # the installable runtime that reads the sidecar
         assert row["loads"] and row["tensors_consumed"] and (row["drafted"] or 0) > 0, H.why_not(row)
         assert row["identical"] is True, H.why_not(row)
+        if cell.family in H.OTHER_FAMILIES:
+            assert row["verdict"] == "works" and row["values_compared"], H.why_not(row)
 
 
 @pytest.mark.parametrize("cell", _params("variant"))
