@@ -28,8 +28,8 @@ from tests.conformance.facts import HEADLESS, LANES, UNSUPPORTED, VARIANTS  # no
 
 DATA = REPO / "mtpforge" / "data"
 FAMILIES = ("dense", "moe", "next")
-#: the non-Qwen families (named as ``mtpforge.families.FAMILIES`` names them): random tiny
-#: fixtures, a few cells each (docs/RUNTIMES.md)
+#: the non-Qwen families (named as ``mtpforge.families.FAMILIES`` names them): tiny models,
+#: a few cells each (docs/RUNTIMES.md)
 OTHER_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h")
 FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained, fused experts)",
                 "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)",
