@@ -224,17 +224,19 @@ def run_driver(runtime: str, spec: dict[str, Any], work: Path, timeout: float = 
     return json.loads(out_file.read_text())
 
 
-def verify_acceptance(folder: Path) -> float | None:
-    """mtpforge verify's acceptance on the same folder (bundled reference decoder, best hidden
-    variant); None when mtpforge cannot decode the folder either."""
+def verify_figures(folder: Path) -> dict[str, Any]:
+    """mtpforge verify on the same folder (bundled reference decoder, best hidden variant): its
+    acceptance, its (accepted, drafted) counts and whether its MTP decode equals its plain one;
+    all None when mtpforge cannot decode the folder either."""
     from mtpforge.errors import MtpforgeError
     from mtpforge.verify import verify
 
     try:
         rep = verify(str(folder), generate=True, max_tokens=MAX_TOKENS, hidden="auto", progress=False)
     except MtpforgeError:
-        return None
-    return rep.get("acceptance")
+        rep = {}
+    return {"acceptance_verify": rep.get("acceptance"), "verify_counts": [rep.get("accepted"), rep.get("drafted")],
+            "verify_identical": rep.get("identical")}
 
 
 #: the rows of this session's matrix, in run order (printed and written by conftest)
@@ -437,8 +439,10 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
         row["passes"] = runtime_verdict(row) != "fails" and (row["identical"] is not False or runtime in HEADLESS)
         row["verdict"] = runtime_verdict(row)
         row["inspect"] = inspect_for(folders[cell.id], runtime)
-        if cell.kind == "runtime" and row["loads"] and runtime not in HEADLESS:
-            row["acceptance_verify"] = verify_acceptance(Path(entry_folder(entries, cell.id)))
+        # verify beside every drafting runtime cell, and beside plain add-mtp's too for the
+        # non-Qwen families (where MTPLX counts exactly as verify does: test_runtimes)
+        if (cell.kind == "runtime" or family in OTHER_FAMILIES) and row["loads"] and runtime not in HEADLESS:
+            row.update(verify_figures(Path(entry_folder(entries, cell.id))))
         if bare.get("tokens") is None:
             row["notes"] = row.get("notes", []) + [f"bare folder failed: {bare.get('error')}"]
     return rows
