@@ -39,13 +39,13 @@ for _rt in MEASURED:
     for _fam in H.FAMILIES:
         GROUPS[(_rt, _fam)] = [Cell(_rt, _fam, p, ("--runtime", _rt)) for p in H.PRECISIONS] + \
             [Cell(_rt, _fam, "-", (), kind="default")]
-#: the non-Qwen families: add-mtp --runtime R once per runtime (default precision), and plain
-#: add-mtp where a runtime drafts the family (MTPLX); mlx-vlm and vllm-mlx refuse (UNSUPPORTED)
+#: the non-Qwen families: add-mtp --runtime R once per runtime (default precision; where R lacks
+#: the family add-mtp refuses: UNSUPPORTED), and plain add-mtp for MTPLX, the runtime that reads
+#: plain add-mtp's sidecar (the others' default-output cells say nothing new)
 for _fam in H.OTHER_FAMILIES:
     for _rt in MEASURED:
         GROUPS[(_rt, _fam)] = [Cell(_rt, _fam, "default", ("--runtime", _rt))] + \
-            ([Cell(_rt, _fam, "-", (), kind="default")] if (_rt, _fam) not in UNSUPPORTED and
-             _rt not in H.HEADLESS else [])
+            ([Cell(_rt, _fam, "-", (), kind="default")] if _rt == "mtplx" else [])
 for _name, (_rt, _fam, _args, _edit, _) in VARIANTS.items():
     GROUPS.setdefault((_rt, _fam), []).append(Cell(_rt, _fam, "-", _args, kind="variant", edit=_edit, name=_name))
 
@@ -113,7 +113,7 @@ def test_default_output(cell: Cell, rows: Any) -> None:
 
 
 def _counts_as_verify(cell: Cell, row: dict[str, Any]) -> None:
-    """A non-Qwen family in MTPLX: its head's parameters were matched with the file (MTPLX
+    """A non-Qwen family's drafting cell: its head's parameters were matched with the file (MTPLX
     renames GLM's keys: found through the family spec) and verify's decode of the same folder is
     identical to plain decoding. On the trained GLM-4.5, MTPLX's own counter accepts exactly the
     drafts ``mtpforge verify`` accepts on the same prompts and tokens (the head mtpforge writes is
