@@ -117,7 +117,7 @@ def _counts_as_verify(cell: Cell, row: dict[str, Any]) -> None:
     renames GLM's keys: found through the family spec) and verify's decode of the same folder is
     identical to plain decoding. On the trained GLM-4.5, MTPLX's own counter accepts exactly the
     drafts ``mtpforge verify`` accepts on the same prompts and tokens (the head mtpforge writes is
-    the head MTPLX runs; measured: 119 / 136 plain, 117 / 136 --runtime mtplx) and drafts well.
+    the head MTPLX runs; measured: 120 / 135 plain, 116 / 137 --runtime mtplx) and drafts well.
     (On the random Nemotron-H fixture the accepted drafts agree but MTPLX counts more drafted:
     251 against verify's 236.)"""
     assert row["values_compared"], f"{cell.id}: no loaded parameter was matched with the file"
