@@ -71,12 +71,13 @@ def _ours_mla(folder: Path) -> dict[str, list]:
 def test_mtplx_drafts_with_the_head_mtpforge_writes(flash, extra: list[str]) -> None:
     """Plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (the layer at the
     model's 4 bits, ``eh_proj`` and the router float): MTPLX loads the head, drafts and decodes
-    exactly as its plain decode; inspect finds nothing, norms raw; verify decodes as plain greedy
-    decoding; ``kv_b_proj`` is stored whole (the source's bytes in bf16) and the decoder's split
-    of it is MTPLX's, byte for byte."""
+    exactly as its plain decode (those two: cells of the runtime conformance matrix; here MTPLX
+    drafts with the 8-bit head only); inspect finds nothing, norms raw; verify decodes as plain
+    greedy decoding; ``kv_b_proj`` is stored whole (the source's bytes in bf16) and the decoder's
+    split of it is MTPLX's, byte for byte."""
     judged.require_mtplx()
     folder = flash["root"] / f"ours-{'-'.join(extra) or 'plain'}"
-    got = judged.mtplx_judges_the_head(flash["src"], flash["mlx"], folder, extra)
+    got = judged.mtplx_judges_the_head(flash["src"], flash["mlx"], folder, extra, drafts="--precision" in extra)
     assert got["add"]["family"] == "glm4_moe_lite" and got["add"]["expert_format"] == "switch_mlp"
     head = judged.source_tensors(folder, "mtp.safetensors")
     assert all(k.startswith(P) for k in head) and not any("embed_q" in k or "unembed_out" in k for k in head)

@@ -22,6 +22,13 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
     # BatchGenerator._step, which its own pinned mlx-lm 0.31.3 no longer has: it logs
     # "[MTP] disabled" and never drafts, whatever the head.
     ("vllm-mlx", "next"): "lacks the _step hook",
+    # the non-Qwen families (MTPLX drafts all three, mlx-vlm Nemotron-H): add-mtp --runtime R
+    # refuses (R's layout is not one the family has) with R's words from mtpforge's runtime table
+    ("vllm-mlx", "glm4_moe"): "drafts Qwen MTP heads only, not GLM-4.x",
+    ("vllm-mlx", "glm4_moe_lite"): "drafts Qwen MTP heads only, not GLM-4.7-Flash",
+    ("vllm-mlx", "nemotron_h"): "drafts Qwen MTP heads only, not Nemotron-H",
+    ("mlx-vlm", "glm4_moe"): "not GLM-4.x",
+    ("mlx-vlm", "glm4_moe_lite"): "has no attribute 'Model'",
 }
 
 #: cells whose greedy MTP output differs from the runtime's own plain output although the head

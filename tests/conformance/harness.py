@@ -28,10 +28,24 @@ from tests.conformance.facts import HEADLESS, LANES, UNSUPPORTED, VARIANTS  # no
 
 DATA = REPO / "mtpforge" / "data"
 FAMILIES = ("dense", "moe", "next")
+#: the non-Qwen families (named as ``mtpforge.families.FAMILIES`` names them): tiny models,
+#: a few cells each (docs/RUNTIMES.md)
+OTHER_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h")
 FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained, fused experts)",
-                "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)"}
+                "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)",
+                "glm4_moe": "GLM-4.5 (trained)", "glm4_moe_lite": "GLM-4.7-Flash (fixture, MLA)",
+                "nemotron_h": "Nemotron-H (fixture, hybrid head)"}
 #: the synthetic variant each fixture family is built from
 FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
+#: the non-Qwen sources: the trained tiny GLM-4.5 (tests/data), random fixtures built by
+#: ``tests.support.synth.<family>`` for the others
+TRAINED_OTHER = {"glm4_moe": REPO / "tests" / "data" / "tiny-glm4_moe-trained"}
+#: the mlx_lm.convert arguments of each non-Qwen family's own test module (tests/test_family_*.py)
+OTHER_FIXTURES: dict[str, dict[str, Any]] = {
+    "glm4_moe": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
+    "glm4_moe_lite": {"q_bits": 4, "q_group_size": 64, "dtype": "float32"},
+    "nemotron_h": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
+}
 PRECISIONS = ("default", "bf16")
 #: verify's default, so the runtimes' acceptance and verify's count the same prompts and tokens
 MAX_TOKENS = 64
@@ -87,7 +101,14 @@ class Models:
 
     def source(self, family: str) -> Path:
         if family not in self.sources:
-            if family in FIXTURES:
+            if family in TRAINED_OTHER:
+                self.sources[family] = TRAINED_OTHER[family]
+            elif family in OTHER_FIXTURES:
+                import importlib
+
+                build = getattr(importlib.import_module(f"tests.support.synth.{family}"), f"build_{family}")
+                self.sources[family] = build(self.root / f"hf-{family}")
+            elif family in FIXTURES:
                 from tests.support.synth import build_hf_variant
 
                 self.sources[family] = build_hf_variant(FIXTURES[family], self.root / f"hf-{FIXTURES[family]}")
@@ -104,8 +125,26 @@ class Models:
         if family not in self.targets:
             from tests.support.synth import convert_to_mlx
 
-            self.targets[family] = convert_to_mlx(self.source(family), self.root / f"mlx-{family}-4bit")
+            self.targets[family] = convert_to_mlx(self.source(family), self.root / f"mlx-{family}-4bit",
+                                                  **OTHER_FIXTURES.get(family, {}))
         return self.targets[family]
+
+
+def head_spec(folder: Path) -> dict[str, Any]:
+    """How the folder's family spells its head, from the family spec (the drivers cannot import
+    mtpforge): the prefixes of its stored keys, the bare key of its hidden-state norm (the mark
+    of a head), its norms' key endings and the backbone embedding's module name
+    (``drivers/common.Head``)."""
+    from mtpforge.families import FAMILIES as SPECS
+    from mtpforge.families import Role
+    from mtpforge.families.detect import detect_family
+    from mtpforge.families.spec import NORM_ROLES
+
+    cfg = json.loads((folder / "config.json").read_text())
+    spec = SPECS[detect_family(cfg)]
+    return {"prefixes": list(spec.head_prefixes(cfg)), "mark": spec.key(Role.PRE_FC_NORM_HIDDEN),
+            "norms": sorted({".".join(r.key.split(".")[-2:]) for r in spec.rows() if r.role in NORM_ROLES}),
+            "embed": spec.mlx_backbone.embed}
 
 
 def prompts_ids(folder: Path) -> list[list[int]]:
@@ -185,17 +224,19 @@ def run_driver(runtime: str, spec: dict[str, Any], work: Path, timeout: float = 
     return json.loads(out_file.read_text())
 
 
-def verify_acceptance(folder: Path) -> float | None:
-    """mtpforge verify's acceptance on the same folder (bundled reference decoder, best hidden
-    variant); None when mtpforge cannot decode the folder either."""
+def verify_figures(folder: Path) -> dict[str, Any]:
+    """mtpforge verify on the same folder (bundled reference decoder, best hidden variant): its
+    acceptance, its (accepted, drafted) counts and whether its MTP decode equals its plain one;
+    all None when mtpforge cannot decode the folder either."""
     from mtpforge.errors import MtpforgeError
     from mtpforge.verify import verify
 
     try:
         rep = verify(str(folder), generate=True, max_tokens=MAX_TOKENS, hidden="auto", progress=False)
     except MtpforgeError:
-        return None
-    return rep.get("acceptance")
+        rep = {}
+    return {"acceptance_verify": rep.get("acceptance"), "verify_counts": [rep.get("accepted"), rep.get("drafted")],
+            "verify_identical": rep.get("identical")}
 
 
 #: the rows of this session's matrix, in run order (printed and written by conftest)
@@ -215,7 +256,7 @@ def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[
                                                  "patched_afterwards")} if load else None,
         "values_as_written": (not values.get("differ")) and values.get("norms_as_written") is not False
         if values else None,
-        "values_differ": [d["key"] for d in values.get("differ", [])],
+        "values_differ": [d["key"] for d in values.get("differ", [])], "values_compared": values.get("compared"),
         "identical": (res.get("mtp") == res.get("plain")) if res.get("mtp") is not None else None,
         "backbone_unchanged": (res.get("plain") == bare_tokens) if res.get("plain") is not None
         and bare_tokens is not None else None,
@@ -290,7 +331,9 @@ def cell_text(row: dict[str, Any]) -> str:
     tail = f" | inspect: {agree.get('verdict')}{' (agrees)' if agree.get('verdict') == row.get('verdict') else ' (DISAGREES)'}" \
         if agree else ""
     if row.get("outcome") == "add-mtp refused":
-        return f"add-mtp refused: {(row.get('error') or '')[:110]}"
+        plain = row.get("inspect_plain")
+        said = f" | inspect on plain add-mtp: {', '.join(plain['findings']) or 'nothing'}" if plain else ""
+        return f"add-mtp refused: {(row.get('error') or '')[:110]}{said}"
     if row.get("error") and row.get("failed_stage") in ("load", "load without head"):
         return f"LOAD FAILS: {row['error'][:100]}{tail}"
     if row["runtime"] in HEADLESS:
@@ -363,10 +406,18 @@ def _write_all(models: Models, cells: list[Cell], work: Path) -> tuple[dict[str,
         if report["_exit"] != 0:
             row.update(outcome="add-mtp refused", passes=False, verdict="fails",
                        error=(report.get("error") or {}).get("message") or str(report)[:300])
+            row["inspect_plain"] = _inspect_plain(models, cell, cw)
             continue
         folders[cell.id] = drafter or folder
         entries.append({"id": cell.id, "folder": str(folder), "drafter": str(drafter) if drafter else None})
     return rows, entries, folders
+
+
+def _inspect_plain(models: Models, cell: Cell, work: Path) -> dict[str, Any] | None:
+    """Where add-mtp --runtime R refused: ``inspect --runtime R`` on what plain add-mtp writes
+    (the folder such a user has), None when plain add-mtp refuses too."""
+    folder, drafter, report = make_folder(models, Cell(cell.runtime, cell.family, "-", (), kind="default"), work)
+    return inspect_for(drafter or folder, cell.runtime) if report["_exit"] == 0 else None
 
 
 def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work: Path) -> dict[str, dict[str, Any]]:
@@ -376,7 +427,8 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
 
     rows, entries, folders = _write_all(models, cells, work)
     spec = {"cells": entries, "bare": str(models.target(family)), "prompts": models.prompts(family),
-            "texts": list(DEFAULT_PROMPTS), "max_tokens": MAX_TOKENS, "family": family}
+            "texts": list(DEFAULT_PROMPTS), "max_tokens": MAX_TOKENS, "family": family,
+            "head": head_spec(models.target(family))}
     res = run_driver(runtime, spec, work) if entries else {"cells": {}}
     bare = res.get("bare") or {}
     for cell in cells:
@@ -387,8 +439,10 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
         row["passes"] = runtime_verdict(row) != "fails" and (row["identical"] is not False or runtime in HEADLESS)
         row["verdict"] = runtime_verdict(row)
         row["inspect"] = inspect_for(folders[cell.id], runtime)
-        if cell.kind == "runtime" and row["loads"] and runtime not in HEADLESS:
-            row["acceptance_verify"] = verify_acceptance(Path(entry_folder(entries, cell.id)))
+        # verify beside every drafting runtime cell, and beside plain add-mtp's too for the
+        # non-Qwen families (where MTPLX counts exactly as verify does: test_runtimes)
+        if (cell.kind == "runtime" or family in OTHER_FAMILIES) and row["loads"] and runtime not in HEADLESS:
+            row.update(verify_figures(Path(entry_folder(entries, cell.id))))
         if bare.get("tokens") is None:
             row["notes"] = row.get("notes", []) + [f"bare folder failed: {bare.get('error')}"]
     return rows

@@ -22,12 +22,32 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-#: the seven norm kinds of an MTP head (docs/SPEC.md §4); checked for value equality after loading
-NORM_SUFFIXES = (
-    "pre_fc_norm_hidden.weight", "pre_fc_norm_embedding.weight", "norm.weight",
-    "input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight",
-)
-HEAD_MARK = "pre_fc_norm_hidden.weight"
+
+class Head:
+    """How the family under test spells its head, as the harness read it from the family spec
+    (``mtpforge.families``: this process cannot import mtpforge) and put in the driver's spec
+    as ``head``: ``prefixes`` (stripped from stored keys to get bare ones), ``mark`` (the bare
+    key of the hidden-state norm every head has: a load call offering it loads a head),
+    ``norms`` (the norm kinds' key endings, checked for value equality after loading) and
+    ``embed`` (the backbone embedding's module name: a load offering it loads the whole model)."""
+
+    prefixes: tuple[str, ...] = ()
+    mark = ""
+    norms: tuple[str, ...] = ()
+    embed = ""
+
+    @classmethod
+    def configure(cls, head: dict[str, Any]) -> None:
+        cls.prefixes = tuple(head["prefixes"])
+        cls.mark = head["mark"]
+        cls.norms = tuple(head["norms"])
+        cls.embed = head["embed"]
+
+    @classmethod
+    def is_mark(cls, key: str) -> bool:
+        """The head's mark, bare or as a runtime nests it (MTPLX's ``layers.0.`` for GLM)."""
+        rel = relative_head_key(key)
+        return rel == cls.mark or rel.endswith("." + cls.mark.rsplit(".", 2)[-2] + ".weight")
 
 
 def _shapes(pairs: Any) -> dict[str, list[int]]:
@@ -67,14 +87,14 @@ class LoadLog:
         nn.Module.load_weights = self._orig
 
     def head_calls(self) -> list[dict[str, Any]]:
-        """The calls that loaded an MTP head (the offered keys hold ``pre_fc_norm_hidden`` and no
+        """The calls that loaded an MTP head (the offered keys hold the head's mark and no
         backbone embedding), plus any later call on a sub-module of that head (runtimes that
         patch experts in afterwards)."""
         out, heads = [], []
         for c in self.calls:
             # a whole-model load that merely carries mtp.* keys (and so embed_tokens) is not one
-            if any(relative_head_key(k) == HEAD_MARK for k in c["offered"]) and \
-                    not any("embed_tokens" in k for k in c["offered"]):
+            if any(Head.is_mark(k) for k in c["offered"]) and \
+                    not any(Head.embed in k.split(".") for k in c["offered"]):
                 heads.append(c["obj"])
                 out.append(c)
             elif heads and any(_contains(h, c["obj"]) for h in heads):
@@ -118,10 +138,26 @@ def load_report(calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def relative_head_key(key: str) -> str:
-    for p in ("language_model.mtp.", "model.mtp.", "mtp."):
+    for p in Head.prefixes:
         if key.startswith(p):
             return key[len(p):]
     return key
+
+
+def _by_renamed_key(loaded: dict[str, Any], on_disk: dict[str, Any]) -> dict[str, str]:
+    """loaded name -> file name for a runtime that renames every key (MTPLX's GLM head:
+    ``layers.0.mtp_block.self_attn.q_proj`` for ``self_attn.q_proj``, ``shared_head_norm`` for
+    ``shared_head.norm``): the longest file name that ends the loaded one, dots and underscores
+    alike. A parameter the runtime builds from several tensors (MLA's split ``kv_b_proj``) has
+    none and is not compared."""
+    flat = {k.replace(".", "_"): k for k in on_disk}
+    out = {}
+    for name in loaded:
+        n = name.replace(".", "_")
+        hits = [f for f in flat if n == f or n.endswith("_" + f)]
+        if hits:
+            out[name] = flat[max(hits, key=len)]
+    return out
 
 
 def compare_loaded(head: Any, files: list[Path]) -> dict[str, Any]:
@@ -134,9 +170,12 @@ def compare_loaded(head: Any, files: list[Path]) -> dict[str, Any]:
         for k, v in mx.load(str(f)).items():
             on_disk[relative_head_key(k)] = v
     loaded = dict(tree_flatten(head.parameters()))
+    names = {k: k for k in loaded if k in on_disk}
+    if not names:  # the runtime renamed every key
+        names = _by_renamed_key(loaded, on_disk)
     same, differ, norms = 0, [], {}
     for k, v in loaded.items():
-        w = on_disk.get(k)
+        w = on_disk.get(names.get(k, k))
         if w is None or tuple(w.shape) != tuple(v.shape):
             continue
         if v.dtype == mx.uint32 or w.dtype == mx.uint32:
@@ -145,7 +184,7 @@ def compare_loaded(head: Any, files: list[Path]) -> dict[str, Any]:
         else:
             diff = float(mx.max(mx.abs(v.astype(mx.float32) - w.astype(mx.float32))).item())
             equal = diff == 0.0
-        if k.endswith(NORM_SUFFIXES):
+        if k.endswith(Head.norms):
             norms[k] = {"file_mean": float(mx.mean(w.astype(mx.float32)).item()),
                         "loaded_mean": float(mx.mean(v.astype(mx.float32)).item())}
         if equal:
@@ -166,6 +205,7 @@ def main(cell: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None],
     the measurement; only a broken driver exits non-zero)."""
     spec = json.loads(Path(sys.argv[1]).read_text())
     out_file = Path(sys.argv[2])
+    Head.configure(spec["head"])
     results: dict[str, Any] = {"cells": {}}
     for entry in spec["cells"]:
         t0 = time.monotonic()
@@ -217,6 +257,6 @@ def head_files(folder: Path) -> list[Path]:
     out = []
     for rel in HEAD_FILES:
         p = folder / rel
-        if p.is_file() and any(relative_head_key(k) == HEAD_MARK for k in mx.load(str(p))):
+        if p.is_file() and any(relative_head_key(k) == Head.mark for k in mx.load(str(p))):
             out.append(p)
     return out
