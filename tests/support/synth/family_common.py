@@ -95,6 +95,19 @@ def write_family_checkpoint(out_dir: str | Path, config: dict[str, Any], tensors
                                tokenizer_dir=tokenizer_dir)
 
 
+def build_random_checkpoint(out_dir: str | Path, config: dict[str, Any], specs: dict[str, Spec], *, seed: int,
+                            float32: Any, trained_vocab: int, eos: str, n_shards: int = 2) -> Path:
+    """A family's tiny checkpoint with random weights: ``specs`` drawn (``seed``; the names in
+    ``float32`` kept float32), the synthetic tokenizer, the shards with the head on the last one,
+    generation_config.json. The families whose tokenizer has no extra special tokens share it."""
+    tensors = random_tensors(specs, seed=seed, float32=float32)
+    with scratch_dir() as tmp:
+        build_family_tokenizer(Path(tmp), trained_vocab, (), eos=eos)
+        out = write_family_checkpoint(out_dir, config, tensors, Path(tmp), n_shards=n_shards, mtp_shards=1)
+    write_generation_config(out, config)
+    return out
+
+
 def write_generation_config(folder: Path, config: dict[str, Any]) -> None:
     """generation_config.json with the config's own eos list (the Qwen writer assumes one id)."""
     eos = config.get("eos_token_id")

@@ -23,8 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .family_common import (Spec, build_family_tokenizer, linear, random_tensors, raw_norm, scratch_dir,
-                            write_family_checkpoint, write_generation_config)
+from .family_common import Spec, build_random_checkpoint, linear, raw_norm
 
 TRAINED_VOCAB = 512  # every id below vocab_size is a token
 
@@ -189,9 +188,5 @@ def build_nemotron_h(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, *
     config.json keys (``moe_latent_size=64`` adds the latent MoE projections, as Nemotron 3
     Super's config declares them)."""
     config = tiny_config(**overrides)
-    tensors = random_tensors(tensor_specs(config), seed=seed, float32=FLOAT32)
-    with scratch_dir() as tmp:
-        build_family_tokenizer(Path(tmp), TRAINED_VOCAB, (), eos="<|im_end|>")
-        out = write_family_checkpoint(out_dir, config, tensors, Path(tmp), n_shards=n_shards, mtp_shards=1)
-    write_generation_config(out, config)
-    return out
+    return build_random_checkpoint(out_dir, config, tensor_specs(config), seed=seed, float32=FLOAT32,
+                                   trained_vocab=TRAINED_VOCAB, eos="<|im_end|>", n_shards=n_shards)

@@ -26,8 +26,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from .family_common import (Spec, build_family_tokenizer, linear, random_tensors, scratch_dir,
-                            write_family_checkpoint, write_generation_config)
+from .family_common import Spec, build_random_checkpoint, linear
 
 TRAINED_VOCAB = 512  # every id below vocab_size is a token
 
@@ -167,9 +166,5 @@ def build_step3p5(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, **ov
     """Write the tiny Step-3.5 checkpoint into ``out_dir`` and return it. ``overrides`` are
     config.json keys (``num_nextn_predict_layers=3`` as the release ships)."""
     config = tiny_config(**overrides)
-    tensors = random_tensors(tensor_specs(config), seed=seed, float32=FLOAT32)
-    with scratch_dir() as tmp:
-        build_family_tokenizer(Path(tmp), TRAINED_VOCAB, (), eos="<|im_end|>")
-        out = write_family_checkpoint(out_dir, config, tensors, Path(tmp), n_shards=n_shards, mtp_shards=1)
-    write_generation_config(out, config)
-    return out
+    return build_random_checkpoint(out_dir, config, tensor_specs(config), seed=seed, float32=FLOAT32,
+                                   trained_vocab=TRAINED_VOCAB, eos="<|im_end|>", n_shards=n_shards)
