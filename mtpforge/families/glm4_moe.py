@@ -11,7 +11,7 @@ GLM-4.5 ships its own ``shared_head.head`` and ``embed_tokens``; GLM-4.6 leaves 
 
 from __future__ import annotations
 
-from .spec import FamilySpec, Role, Row, backbone_marker
+from .spec import FamilySpec, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: the NextN layer's own tensors (one MTP layer: no ``{i}``, the layer index is in the prefix)
 HEAD_ROWS = (
@@ -61,19 +61,6 @@ DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
 }
 
 
-def _classes() -> tuple[type, type]:
-    from mlx_lm.models import glm4_moe
-
-    return glm4_moe.Model, glm4_moe.ModelArgs
-
-
-def _decoder_layer() -> type:
-    from mlx_lm.models.glm4_moe import DecoderLayer
-
-    return DecoderLayer
-
-
-
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight",)
 
 GLM4_MOE = FamilySpec(
@@ -98,9 +85,9 @@ GLM4_MOE = FamilySpec(
     nested_text_config=False,
     # the sidecar in the form MTPLX's glm_mtp backend loads (docs/families/glm4_moe.md)
     layouts=("sidecar",),
-    mlx_lm_classes=_classes,
+    mlx_lm_classes=mlx_lm_model("glm4_moe"),
     lm_module_path=(),
-    head_layer=_decoder_layer,
+    head_layer=mlx_lm_class("glm4_moe", "DecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="glm4moe",
     example_repo="zai-org/GLM-4.5-Air",

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from .glm4_moe import GLM4_MOE
-from .spec import Role, Row, backbone_marker
+from .spec import Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
 
 LAYER_ROWS = (
     Row(Role.INPUT_NORM, "input_layernorm.weight", ("H",)),
@@ -55,19 +55,6 @@ def mla_dims(d: Mapping[str, int]) -> dict[str, int]:
             "KVB": nh * (nope + vd), "OV": nh * vd}
 
 
-def _classes() -> tuple[type, type]:
-    from mlx_lm.models import glm4_moe_lite
-
-    return glm4_moe_lite.Model, glm4_moe_lite.ModelArgs
-
-
-def _decoder_layer() -> type:
-    from mlx_lm.models.glm4_moe_lite import Glm4MoeLiteDecoderLayer
-
-    return Glm4MoeLiteDecoderLayer
-
-
-
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight", ".self_attn.kv_b_proj.weight")
 #: the absorbed MLA matrices mlx-lm's ``Glm4MoeLiteAttention`` holds instead of ``kv_b_proj``
 #: (its sanitize, and MTPLX's glm_mtp on load, split the stored matrix into them): the decoder
@@ -84,8 +71,8 @@ GLM4_MOE_LITE = replace(
     # ``kv_b_proj`` itself on load, as mlx-lm's sanitize does (docs/families/glm4_moe_lite.md)
     mlx_layer_parts=MLX_LAYER_PARTS,
     mask_as_array=True,
-    mlx_lm_classes=_classes,
-    head_layer=_decoder_layer,
+    mlx_lm_classes=mlx_lm_model("glm4_moe_lite"),
+    head_layer=mlx_lm_class("glm4_moe_lite", "Glm4MoeLiteDecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="deepseek2",
     example_repo="zai-org/GLM-4.7-Flash",

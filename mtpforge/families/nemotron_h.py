@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .spec import FamilySpec, MlxBackbone, Role, Row, backbone_marker
+from .spec import FamilySpec, MlxBackbone, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: the NextN tensors: the input fusion on the first source block, the final norm on the last
 HEAD_ROWS = (
@@ -90,19 +90,6 @@ def expert_width(d: Mapping[str, int]) -> dict[str, int]:
     return {"X": d.get("L") or d["H"]}
 
 
-def _classes() -> tuple[type, type]:
-    from mlx_lm.models import nemotron_h
-
-    return nemotron_h.Model, nemotron_h.ModelArgs
-
-
-def _block() -> type:
-    from mlx_lm.models.nemotron_h import NemotronHBlock
-
-    return NemotronHBlock
-
-
-
 RAW_MARKERS = (".mixer.experts.0.up_proj.weight",)
 
 NEMOTRON_H = FamilySpec(
@@ -128,9 +115,9 @@ NEMOTRON_H = FamilySpec(
     # folder mlx-vlm's NemotronHMTPDraftModel loads (bare keys, its own config)
     layouts=("sidecar", "embedded", "mlx-vlm-drafter"),
     mlx_vlm_drafter_type="nemotron_h_mtp",
-    mlx_lm_classes=_classes,
+    mlx_lm_classes=mlx_lm_model("nemotron_h"),
     lm_module_path=(),
-    head_layer=_block,
+    head_layer=mlx_lm_class("nemotron_h", "NemotronHBlock"),
     dim_keys=DIM_KEYS,
     gguf_arch="nemotron_h_moe",
     # the Nemotron 3 release that ships the MTP head (Nemotron 3 Nano has none); the head is

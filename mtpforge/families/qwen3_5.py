@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row
+from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, mlx_lm_class, mlx_lm_model
 
 HEAD_ROWS = (
     Row(Role.FC, "fc.weight", ("H", "2H")),
@@ -71,24 +71,6 @@ def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
     return key.startswith("model.layers.") and key.endswith(RAW_MARKERS[1])
 
 
-def _dense_classes() -> tuple[type, type]:
-    from mlx_lm.models import qwen3_5
-
-    return qwen3_5.Model, qwen3_5.ModelArgs
-
-
-def _moe_classes() -> tuple[type, type]:
-    from mlx_lm.models import qwen3_5_moe
-
-    return qwen3_5_moe.Model, qwen3_5_moe.ModelArgs
-
-
-def _decoder_layer() -> type:
-    from mlx_lm.models.qwen3_5 import DecoderLayer
-
-    return DecoderLayer
-
-
 QWEN3_5 = FamilySpec(
     name="qwen3_5",
     model_types=("qwen3_5", "qwen3_5_moe", "qwen3_5_mtp"),
@@ -109,9 +91,9 @@ QWEN3_5 = FamilySpec(
     nested_text_config=True,
     layouts=("embedded", "sidecar", "vllm-mlx", "mlx-vlm-drafter"),
     mlx_vlm_drafter_type="qwen3_5_mtp",
-    mlx_lm_classes=_dense_classes,
+    mlx_lm_classes=mlx_lm_model("qwen3_5"),
     lm_module_path=("language_model",),
-    head_layer=_decoder_layer,
+    head_layer=mlx_lm_class("qwen3_5", "DecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="qwen35",
     raw_marker_suffixes=RAW_MARKERS,
@@ -120,5 +102,5 @@ QWEN3_5 = FamilySpec(
 
 QWEN3_5_MOE = replace(
     QWEN3_5, name="qwen3_5_moe", moe=True, mlp_rows=MOE_SHARED_ROWS, expert_rows=EXPERT_ROWS,
-    mlx_lm_classes=_moe_classes, gguf_arch="qwen35moe",
+    mlx_lm_classes=mlx_lm_model("qwen3_5_moe"), gguf_arch="qwen35moe",
 )

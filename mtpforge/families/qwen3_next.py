@@ -4,18 +4,7 @@ level, and a release that ships the head without declaring it in the config."""
 from __future__ import annotations
 
 from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS, RAW_MARKERS, is_raw_tensor
-from .spec import QWEN3_NORM_ROLES, FamilySpec
-
-def _classes() -> tuple[type, type]:
-    from mlx_lm.models import qwen3_next
-
-    return qwen3_next.Model, qwen3_next.ModelArgs
-
-
-def _decoder_layer() -> type:
-    from mlx_lm.models.qwen3_next import Qwen3NextDecoderLayer
-
-    return Qwen3NextDecoderLayer
+from .spec import QWEN3_NORM_ROLES, FamilySpec, mlx_lm_class, mlx_lm_model
 
 
 QWEN3_NEXT = FamilySpec(
@@ -37,9 +26,9 @@ QWEN3_NEXT = FamilySpec(
     ships_head_undeclared=True,
     nested_text_config=False,
     layouts=("sidecar", "vllm-mlx"),
-    mlx_lm_classes=_classes,
+    mlx_lm_classes=mlx_lm_model("qwen3_next"),
     lm_module_path=(),
-    head_layer=_decoder_layer,
+    head_layer=mlx_lm_class("qwen3_next", "Qwen3NextDecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="qwen3next",
     example_repo="Qwen/Qwen3-Next-80B-A3B-Instruct",

@@ -8,6 +8,7 @@ that builds one :class:`FamilySpec`; nothing else branches on its name.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -385,3 +386,20 @@ def backbone_marker(prefix: str, suffixes: tuple[str, ...]) -> Callable[[str, tu
         return key.startswith(prefix) and key.endswith(suffixes)
 
     return is_raw_tensor
+
+
+def mlx_lm_model(module: str) -> Callable[[], tuple[type, type]]:
+    """``FamilySpec.mlx_lm_classes`` for mlx-lm's ``mlx_lm.models.<module>``: its ``Model`` and
+    ``ModelArgs``, imported when called (importing mtpforge must not import every model)."""
+
+    def classes() -> tuple[type, type]:
+        m = importlib.import_module(f"mlx_lm.models.{module}")
+        return m.Model, m.ModelArgs
+
+    return classes
+
+
+def mlx_lm_class(module: str, name: str) -> Callable[[], type]:
+    """``FamilySpec.head_layer``: the class ``name`` of ``mlx_lm.models.<module>``, imported when
+    called."""
+    return lambda: getattr(importlib.import_module(f"mlx_lm.models.{module}"), name)

@@ -15,7 +15,7 @@ GGUF only (``layouts = ()``).
 
 from __future__ import annotations
 
-from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, backbone_marker
+from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: each appended layer carries its own NextN tensors and shared head (``transformer.`` is the
 #: release's infix), so every row is per MTP step (``{i}``: the layer ``N + i``)
@@ -62,19 +62,6 @@ GGUF_LAYER_ARRAYS: dict[str, "str | bool | float"] = {
 }
 
 
-def _classes() -> tuple[type, type]:
-    from mlx_lm.models import step3p5
-
-    return step3p5.Model, step3p5.ModelArgs
-
-
-def _decoder_layer() -> type:
-    from mlx_lm.models.step3p5 import Step3p5DecoderLayer
-
-    return Step3p5DecoderLayer
-
-
-
 RAW_MARKERS = (".moe.up_proj.weight",)
 
 STEP3P5 = FamilySpec(
@@ -100,9 +87,9 @@ STEP3P5 = FamilySpec(
     nested_text_config=False,
     # no MLX layout: the GGUF output formats only
     layouts=(),
-    mlx_lm_classes=_classes,
+    mlx_lm_classes=mlx_lm_model("step3p5"),
     lm_module_path=(),
-    head_layer=_decoder_layer,
+    head_layer=mlx_lm_class("step3p5", "Step3p5DecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="step35",
     example_repo="stepfun-ai/Step-3.5-Flash",
