@@ -96,7 +96,8 @@ def test_only_the_heads_bytes_come_from_the_hub(src: Path, hub, tmp_path: Path) 
     judged.fetches_only_the_head(hub, src, lambda d: _trunk(src, d), tmp_path)
 
 
-def test_inspect_finds_the_missing_head_then_a_clean_one_with_shifted_norms(src: Path, tmp_path: Path) -> None:
+def test_inspect_finds_the_missing_head_then_a_clean_one_with_shifted_norms(src: Path, variant: str,
+                                                                          tmp_path: Path) -> None:
     trunk = _trunk(src, tmp_path)
     code, rep = judged.inspect_json(trunk)
     (f,) = rep["findings"]
@@ -105,18 +106,38 @@ def test_inspect_finds_the_missing_head_then_a_clean_one_with_shifted_norms(src:
     judged.add_mtp(trunk, src)
     code, rep = judged.inspect_json(trunk, "--source", str(src))
     assert code == 0 and rep["findings"] == [] and rep["layout"] == "gguf-mtp" and rep["norm_convention"] == "shifted"
-    # inspect checks the first MTP block (blk.2) and counts its tensors
-    assert rep["mtp_tensors"] == BLOCK
+    # inspect checks every MTP block (blk.2 ... blk.{1 + k}) and counts all their tensors, as add-mtp does
+    assert rep["mtp_tensors"] == BLOCK * VARIANTS[variant]
     code, rep = judged.inspect_json(official(src, "full", "f32", pre=PRE), "--source", str(src))
     assert code == 0 and rep["findings"] == [] and rep["layout"] == "gguf-tail"
 
 
 def test_inspect_finds_raw_norms(src: Path, tmp_path: Path) -> None:
-    """All seven head norms are written +1: a head whose norms were copied raw is found."""
+    """All seven norms of every MTP block are written +1: a head whose norms were copied raw is found."""
     from tests.test_gguf import _rewrite
 
     full = official(src, "full", "f32", pre=PRE)
     bad = _rewrite(full, tmp_path / "raw.gguf",
-                   edit=lambda k, a: a - 1 if block_of(k) == N and k.endswith("norm.weight") else None)
+                   edit=lambda k, a: a - 1 if (block_of(k) or 0) >= N and k.endswith("norm.weight") else None)
     code, rep = judged.inspect_json(bad, "--source", str(src))
     assert code == 1 and "MTP_NORMS_RAW" in {f["code"] for f in rep["findings"]}, rep["findings"]
+
+
+def test_inspect_checks_every_mtp_block_not_only_the_first(sources: dict[str, Path], tmp_path: Path) -> None:
+    """Three MTP steps: a tensor missing from the last block, or the last block's norms copied
+    raw while the first block's are right, is found (each step drafts through its own block)."""
+    from tests.test_gguf import _rewrite
+
+    src = sources["k3"]
+    full = official(src, "full", "f32", pre=PRE)
+    last = N + VARIANTS["k3"] - 1
+    gone = _rewrite(full, tmp_path / "gone.gguf", drop=(f"blk.{last}.attn_gate.weight",))
+    code, rep = judged.inspect_json(gone)
+    missing = [f for f in rep["findings"] if f["code"] == "MTP_MISSING_TENSORS"]
+    assert code == 1 and len(missing) == 1 and f"blk.{last} lacks attn_gate.weight" in missing[0]["message"], rep
+    raw = _rewrite(full, tmp_path / "raw-last.gguf",
+                   edit=lambda k, a: a - 1 if block_of(k) == last and k.endswith("norm.weight") else None)
+    code, rep = judged.inspect_json(raw, "--source", str(src))
+    assert code == 1 and rep["norm_convention"] == "mixed", rep
+    (f,) = [f for f in rep["findings"] if f["code"] == "MTP_NORMS_MIXED"]
+    assert f"blk.{last}." in f["message"] and f"blk.{N}." not in f["message"], f

@@ -83,8 +83,8 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
                 out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: {n} is {list(a.shape)}, the trunk's {list(b.shape)}",
                                    "use the MTP file made for this model"))
     want, maybe = expected_block(FAMILIES[FAMILY_OF_ARCH[head.arch]], _dims(ref))
-    for b in blocks[:1]:
-        have = {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b}
+    held = {b: {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b} for b in blocks}
+    for b, have in held.items():  # every MTP block that holds NextN tensors (Step-3.5: one per step)
         missing = sorted(set(want) - set(have))
         extra = sorted(set(have) - set(want) - maybe)
         if missing:
@@ -99,10 +99,12 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
         if bad:
             out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: head of another model size: {'; '.join(bad[:2])}",
                                "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
-        info["mtp_tensors"] = len(have)
-        info["mtp_bytes"] = sum(t.nbytes for t in have.values())
-        info["types"] = {k: t.type_name for k, t in sorted(have.items())}
-        info["expert_format"] = "stacked" if any(k.endswith("_exps.weight") for k in have) else "none"
+    if held:
+        first = held[blocks[0]]
+        info["mtp_tensors"] = sum(len(h) for h in held.values())
+        info["mtp_bytes"] = sum(t.nbytes for h in held.values() for t in h.values())
+        info["types"] = {k: t.type_name for k, t in sorted(first.items())}
+        info["expert_format"] = "stacked" if any(k.endswith("_exps.weight") for k in first) else "none"
     return out, info
 
 
@@ -119,7 +121,8 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
     spec = FAMILIES[src.family]
     right = "shifted" if spec.norm_offset else "raw"
     kinds: dict[str, str] = {}
-    for name, (bare, want) in norm_sources(spec, _mtp_blocks(head)[0]).items():
+    blocks = _mtp_blocks(head)
+    for name, (bare, want) in norm_sources(spec, blocks[0], len(blocks)).items():
         if name not in head.tensors or bare not in src.entries:
             continue
         info = src.entries[bare]

@@ -149,13 +149,16 @@ def keeps_f32(name: str, n_dims: int) -> bool:
     return n_dims <= 1 or name.endswith(F32_SUFFIXES)
 
 
-def norm_sources(spec: FamilySpec, block: int) -> dict[str, tuple[str, float]]:
-    """The first MTP block's norms: GGUF name -> (bare source key, the offset llama.cpp's
-    converter adds: the family's for a zero-centred norm, 0 for a raw one)."""
+def norm_sources(spec: FamilySpec, first: int, steps: int = 1) -> dict[str, tuple[str, float]]:
+    """The norms of the MTP blocks from ``first`` on, one block per MTP step: GGUF name -> (bare
+    source key, the offset llama.cpp's converter adds: the family's for a zero-centred norm, 0
+    for a raw one)."""
     out = {}
     for r in spec.rows():
-        if r.role in NORM_ROLES and (name := gguf_name(r.key.format(i=0, e=0), block, spec)) is not None:
-            out[name] = (r.key.format(i=0, e=0), spec.offset_of(r.key.format(i=0, e=0)))
+        for i in range(steps) if "{i}" in r.key else range(1):
+            bare = r.key.format(i=i, e=0)
+            if r.role in NORM_ROLES and (name := gguf_name(bare, first, spec)) is not None:
+                out[name] = (bare, spec.offset_of(bare))
     return out
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,8 +12,6 @@ import pytest
 
 from tests import external
 from tests.conformance import harness as H
-
-_T0 = time.monotonic()
 
 
 @pytest.fixture(scope="session")
@@ -48,14 +44,3 @@ def runtime_ready() -> Callable[[str], None]:
         external.require(name, H.setup_runtimes.is_ready(name), f"no virtualenv at {H.setup_runtimes.venv_dir(name)}")
 
     return ready
-
-
-def pytest_sessionfinish(session: Any) -> None:
-    """The process that ran the cells writes the matrix; the run's summary (tests/conftest.py,
-    the only conftest a pytest-xdist controller loads) prints it from there."""
-    if not H.RESULTS:
-        return
-    out = H.matrix_path()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"seconds": round(time.monotonic() - _T0, 1), "cells": H.RESULTS,
-                               "not_installable": H.NOT_INSTALLABLE}, indent=1, default=str))

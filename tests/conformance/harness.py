@@ -239,10 +239,6 @@ def verify_figures(folder: Path) -> dict[str, Any]:
             "verify_identical": rep.get("identical")}
 
 
-#: the rows of this session's matrix, in run order (printed and written by conftest)
-RESULTS: list[dict[str, Any]] = []
-
-
 def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[str, Any]:
     """A driver's raw result for one folder (and the bare folder's tokens) -> the row's checks."""
     load = res.get("load") or {}
@@ -379,13 +375,36 @@ def matrix_path() -> Path:
     return Path(os.environ.get("MTPFORGE_CONFORMANCE_JSON") or REPO / "build" / "conformance-matrix.json")
 
 
+def _groups_dir() -> Path:
+    return matrix_path().with_name(matrix_path().stem + "-groups")
+
+
+def record_group(runtime: str, family: str, rows: list[dict[str, Any]], seconds: float) -> None:
+    """One (runtime, family) group's rows, written the moment its driver run ends, by whichever
+    pytest-xdist worker ran it: the run's summary (in the controller, which runs no cells) reads
+    every group file of this run, so no process's copy of the matrix overwrites another's."""
+    out = _groups_dir() / f"{runtime}--{family}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"seconds": round(seconds, 1), "cells": rows}, indent=1, default=str))
+    os.replace(tmp, out)
+
+
 def matrix_summary(since: float) -> list[str]:
-    """The matrix lines of the cells this run decoded (the JSON a process wrote after ``since``)."""
-    out = matrix_path()
-    if not out.is_file() or out.stat().st_mtime < since:
+    """The matrix of the cells this run decoded (the group files written after ``since``, in the
+    order they were written), also written whole to ``matrix_path()``."""
+    folder = _groups_dir()
+    files = sorted((f for f in folder.glob("*.json") if f.stat().st_mtime >= since),
+                   key=lambda f: f.stat().st_mtime) if folder.is_dir() else []
+    if not files:
         return []
-    data = json.loads(out.read_text())
-    return [*matrix_lines(data["cells"], data["seconds"]), f"matrix written to {out}"]
+    groups = [json.loads(f.read_text()) for f in files]
+    cells = [row for g in groups for row in g["cells"]]
+    seconds = sum(g["seconds"] for g in groups)
+    out = matrix_path()
+    out.write_text(json.dumps({"seconds": round(seconds, 1), "cells": cells, "not_installable": NOT_INSTALLABLE},
+                              indent=1, default=str))
+    return [*matrix_lines(cells, seconds), f"matrix written to {out}"]
 
 
 def _write_all(models: Models, cells: list[Cell], work: Path) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]],

@@ -21,6 +21,7 @@ Run with ``pytest tests/conformance -s`` to see the matrix; it is also written a
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,9 @@ def rows(models: H.Models, runtime_ready: Any, work_root: Path) -> Any:
         if cell.runtime not in H.HEADLESS:
             runtime_ready(cell.runtime)
         if key not in done:
+            t0 = time.monotonic()
             done[key] = H.run_group(models, cell.runtime, cell.family, GROUPS[key], work_root / "-".join(key))
-            H.RESULTS.extend(done[key].values())
+            H.record_group(*key, list(done[key].values()), time.monotonic() - t0)
         return done[key][cell.id]
 
     return get
