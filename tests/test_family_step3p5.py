@@ -128,3 +128,34 @@ def test_llama_cpp_mtp_file_and_draft(step: tuple[Path, int], tmp_path: Path) ->
     assert runs["draft_mtp_file"]["ok"], runs["draft_mtp_file"].get("error")
     assert runs["draft_mtp_file"]["drafted"] > 0
     assert runs["draft_mtp_file"]["identical_to_plain"]
+
+
+@pytest.mark.xdist_group("conformance")
+def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_them(step: tuple[Path, int],
+                                                                                   tmp_path: Path) -> None:
+    """mtpforge writes this family for llama.cpp only; what a user of an MLX folder can do today,
+    measured: ``mlx_lm.convert`` drops every appended MTP layer and keeps
+    ``num_nextn_predict_layers``; inspect finds that and its fix names the MLX runtime that drafts
+    the head (MTPLX 2.12.2's ``step3p5_mtp``), which loads an ``mtp.safetensors`` of the source's
+    own ``model.layers.{N+i}.*`` tensors, drafts, and decodes exactly as its plain decode."""
+    import mlx.core as mx
+
+    from mtpforge.families import FAMILIES
+    from tests import mlx_judged as judged
+    from tests.support.synth import convert_to_mlx
+
+    judged.require_mtplx()
+    src, k = step
+    n = tiny_config(num_nextn_predict_layers=k)["num_hidden_layers"]
+    mlx = convert_to_mlx(src, tmp_path / "tiny-step3p5-4bit", q_bits=4, q_group_size=32, dtype="float32")
+    assert json.loads((mlx / "config.json").read_text())["num_nextn_predict_layers"] == k
+    rep = json.loads(judged.mtpforge("inspect", str(mlx), "--json").stdout)
+    (f,) = rep["findings"]
+    assert f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS" and "MTPLX 2.12.2 drafts it" in f["fix"], f
+    assert f["fix"].endswith(FAMILIES["step3p5"].mlx_drafted_by or "-")
+    head = {key: mx.array(v) for key, v in judged.source_tensors(src).items()
+            if any(key.startswith(f"model.layers.{n + i}.") for i in range(k))}
+    assert len(head) == 17 * k
+    mx.save_safetensors(str(mlx / "mtp.safetensors"), head, metadata={"format": "mlx"})
+    got = judged.mtplx_drafts(mlx)
+    assert got["mtp_enabled"] and got["model"] == "_MTPLXStepModel" and got["identical"] and got["drafted"] > 0, got

@@ -184,6 +184,9 @@ class FamilySpec:
     unread_in_mlx: frozenset[Role] = frozenset()
     #: a released checkpoint of the family that ships the head (what a fix's ``--source`` names)
     example_repo: str = "Qwen/Qwen3.5-27B"
+    #: for a family mtpforge writes for llama.cpp only (``layouts`` empty): which MLX runtime
+    #: drafts its head today and from what (measured), said in the fix for a head-less MLX folder
+    mlx_drafted_by: str | None = None
     #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
     gguf_arch: str | None = None
     #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
@@ -261,8 +264,8 @@ class FamilySpec:
         or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
         if self.layouts:
             return f"mtpforge add-mtp --source {source} --target {target}"
-        return (f"mtpforge writes the {self.name} head for llama.cpp GGUFs only so far (add-mtp --target TRUNK.gguf); "
-                f"docs/families/{self.name}.md says which MLX runtime drafts it")
+        today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
+        return f"mtpforge writes the {self.name} head for llama.cpp GGUFs only so far (add-mtp --target TRUNK.gguf); {today}"
 
     def rows(self, fmt: str | None = None) -> Iterator[Row]:
         """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats
