@@ -3,8 +3,9 @@
 A family's test module builds its tiny checkpoint and calls these: the MTP-only file equals the
 converter's ``--mtp`` export, its MTP block is byte-identical at a half / 8-bit precision, the
 appended tail equals the full conversion, ``llama-server`` drafts with it as with the official
-file, and only the head's bytes come from the Hub. Family-specific assertions stay in the
-family's module.
+file, and only the head's bytes come from the Hub. The last three need nothing of the family but
+its source and pre-tokenizer: the module subclasses ``ConverterJudged`` and gets them as tests.
+Family-specific assertions stay in the family's module.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 from mtpforge.gguf.gguffile import GgufFile, read_local, tensor_array
 from mtpforge.gguf.names import SHARED_TENSORS, block_of
@@ -118,3 +120,26 @@ def fetches_only_the_head(hub: Any, src: Path, trunk_in: Callable[[Path], Path],
     assert 0 < r.json["fetched_bytes"] <= 1.01 * head_bytes and hub.tensor_bytes(repo) <= 1.01 * head_bytes
     local = add_mtp(trunk_in(work / "local"), src)
     assert sha256(Path(r.json["output"])) == sha256(Path(local["output"]))
+
+
+class ConverterJudged:
+    """The tests every family's GGUF head passes unchanged: a module subclasses this as
+    ``TestConverterJudged``, sets ``pre`` (the converter's pre-tokenizer for its tiny source) and
+    provides a ``src`` fixture (the source checkpoint, per variant where it has several)."""
+
+    pre: str = ""
+
+    def trunk(self, src: Path, dst: Path, qtype: str = "f32") -> Path:
+        return gguf_env.trunk_copy(src, dst, qtype, pre=self.pre)
+
+    def test_the_tail_equals_the_converters_full_file(self, src: Path, tmp_path: Path) -> None:
+        tail_equals_full(src, self.trunk(src, tmp_path), self.pre, tmp_path / "with-tail.gguf")
+
+    @pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
+    def test_llama_server_drafts_with_mtpforges_file_exactly_as_plain_and_as_with_the_official_one(
+            self, src: Path, qtype: str, tmp_path: Path) -> None:
+        """On the f32, Q8_0 and Q4_K_M trunks: plain output, and the official file's counts."""
+        drafts_as_official(src, self.trunk(src, tmp_path, qtype), self.pre, tmp_path)
+
+    def test_only_the_heads_bytes_come_from_the_hub(self, src: Path, hub: Any, tmp_path: Path) -> None:
+        fetches_only_the_head(hub, src, lambda d: self.trunk(src, d), tmp_path)

@@ -35,6 +35,12 @@ def glm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "4.6": build_glm4_moe(root / "tiny-glm4_6", with_shared_head=False, seed=1)}
 
 
+@pytest.fixture
+def src(glm: dict[str, Path]) -> Path:
+    """The GLM-4.5-shaped source (its own ``shared_head.head`` and ``embed_tokens`` copies)."""
+    return glm["4.5"]
+
+
 def _trunk(src: Path, dst: Path, qtype: str = "f32") -> Path:
     return gguf_env.trunk_copy(src, dst, qtype, pre=PRE)
 
@@ -61,19 +67,10 @@ def test_the_mtp_block_equals_the_converters_bit_for_bit(glm, precision: str, tm
     judged.block_equals_converters(glm["4.5"], _trunk(glm["4.5"], tmp_path), PRE, precision, N, 23)
 
 
-def test_the_tail_equals_the_converters_full_file(glm, tmp_path: Path) -> None:
-    judged.tail_equals_full(glm["4.5"], _trunk(glm["4.5"], tmp_path), PRE, tmp_path / "with-tail.gguf")
+class TestConverterJudged(judged.ConverterJudged):
+    """The tail, llama-server's drafting on f32 / Q8_0 / Q4_K_M trunks, the hub's bytes."""
 
-
-@pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
-def test_llama_server_drafts_with_mtpforges_file_exactly_as_plain_and_as_with_the_official_one(glm, qtype: str,
-                                                                                              tmp_path: Path) -> None:
-    """On the f32, Q8_0 and Q4_K_M trunks: plain output, and the official file's counts."""
-    judged.drafts_as_official(glm["4.5"], _trunk(glm["4.5"], tmp_path, qtype), PRE, tmp_path)
-
-
-def test_only_the_heads_bytes_come_from_the_hub(glm, hub, tmp_path: Path) -> None:
-    judged.fetches_only_the_head(hub, glm["4.5"], lambda d: _trunk(glm["4.5"], d), tmp_path)
+    pre = PRE
 
 
 def test_inspect_finds_the_missing_head_then_a_clean_one_with_raw_norms(glm, tmp_path: Path) -> None:

@@ -81,19 +81,10 @@ def test_the_mtp_blocks_equal_the_converters_bit_for_bit(src: Path, variant: str
         judged.block_equals_converters(src, trunk, PRE, precision, N + j, BLOCK)
 
 
-def test_the_tail_equals_the_converters_full_file(src: Path, tmp_path: Path) -> None:
-    judged.tail_equals_full(src, _trunk(src, tmp_path), PRE, tmp_path / "with-tail.gguf")
+class TestConverterJudged(judged.ConverterJudged):
+    """The tail, llama-server's drafting on f32 / Q8_0 / Q4_K_M trunks, the hub's bytes."""
 
-
-@pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
-def test_llama_server_drafts_with_mtpforges_file_exactly_as_plain_and_as_with_the_official_one(src: Path, qtype: str,
-                                                                                              tmp_path: Path) -> None:
-    """On the f32, Q8_0 and Q4_K_M trunks: plain output, and the official file's counts."""
-    judged.drafts_as_official(src, _trunk(src, tmp_path, qtype), PRE, tmp_path)
-
-
-def test_only_the_heads_bytes_come_from_the_hub(src: Path, hub, tmp_path: Path) -> None:
-    judged.fetches_only_the_head(hub, src, lambda d: _trunk(src, d), tmp_path)
+    pre = PRE
 
 
 def test_inspect_finds_the_missing_head_then_a_clean_one_with_shifted_norms(src: Path, variant: str,
