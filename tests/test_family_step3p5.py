@@ -137,7 +137,8 @@ def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_
     measured: ``mlx_lm.convert`` drops every appended MTP layer and keeps
     ``num_nextn_predict_layers``; inspect finds that and its fix names the MLX runtime that drafts
     the head (MTPLX 2.12.2's ``step3p5_mtp``), which loads an ``mtp.safetensors`` of the source's
-    own ``model.layers.{N+i}.*`` tensors, drafts, and decodes exactly as its plain decode."""
+    own ``model.layers.{N+i}.*`` tensors, drafts, and decodes exactly as its plain decode; inspect
+    reads such a folder (the head in the sidecar, every step's tensors counted)."""
     import mlx.core as mx
 
     from mtpforge.families import FAMILIES
@@ -157,5 +158,14 @@ def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_
             if any(key.startswith(f"model.layers.{n + i}.") for i in range(k))}
     assert len(head) == 17 * k
     mx.save_safetensors(str(mlx / "mtp.safetensors"), head, metadata={"format": "mlx"})
+    cfg = json.loads((mlx / "config.json").read_text())
+    cfg["mlx_lm_extra_tensors"] = {"mtp_file": "mtp.safetensors", "mtp_tensor_count": len(head)}
+    (mlx / "config.json").write_text(json.dumps(cfg))
     got = judged.mtplx_drafts(mlx)
     assert got["mtp_enabled"] and got["model"] == "_MTPLXStepModel" and got["identical"] and got["drafted"] > 0, got
+    # inspect reads the folder so made (it used to stop with an internal error: no MLX placement)
+    for extra in ((), ("--runtime", "mtplx")):
+        r = judged.mtpforge("inspect", str(mlx), "--json", *extra)
+        rep = json.loads(r.stdout)
+        assert r.returncode == 0 and rep["layout"] == "sidecar" and rep["mtp_tensors"] == 17 * k, (extra, rep)
+        assert [f["code"] for f in rep["findings"]] == ["NORM_CONVENTION_UNKNOWN"], (extra, rep["findings"])
