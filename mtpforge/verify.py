@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import InputError, RefusedError
+from .families import FAMILIES
 from .families.tables import is_head_key
 from .layouts.table import MANIFEST, is_drafter_type
 from .manifest import record_measurement
@@ -121,11 +122,19 @@ def _load(folder: Path, hw: Any) -> tuple[Any, Any]:
     from .decoder.backbone import load_backbone
     from .decoder.head import build_head
 
+    spec = FAMILIES[hw.family]
+    if not spec.layouts:  # the decoder builds heads of the families mtpforge writes into MLX folders
+        raise RefusedError(f"mtpforge writes the {hw.family} head for llama.cpp only, and its decoder does not "
+                           f"build that head from an MLX folder: {folder} cannot be verified here",
+                           "verify the GGUF: mtpforge verify TRUNK.gguf"
+                           + (f"; {spec.mlx_drafted_by}" if spec.mlx_drafted_by else ""))
     bb = load_backbone(folder, hw.family)
     try:
         return bb, build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
     except ValueError as e:
-        raise RefusedError(f"MTP_SHAPE_MISMATCH: the head in {hw.folder} does not fit this backbone: {e}",
+        said = " ".join(str(e).split())  # mlx's load errors list one key a line: the message is one line
+        raise RefusedError(f"MTP_SHAPE_MISMATCH: the head in {hw.folder} does not fit this backbone: "
+                           f"{said[:300]}{'...' if len(said) > 300 else ''}",
                            f"run `mtpforge inspect {folder}`; re-add the head from this model's own source with --force") from None
 
 

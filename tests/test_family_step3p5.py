@@ -138,7 +138,8 @@ def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_
     ``num_nextn_predict_layers``; inspect finds that and its fix names the MLX runtime that drafts
     the head (MTPLX 2.12.2's ``step3p5_mtp``), which loads an ``mtp.safetensors`` of the source's
     own ``model.layers.{N+i}.*`` tensors, drafts, and decodes exactly as its plain decode; inspect
-    reads such a folder (the head in the sidecar, every step's tensors counted)."""
+    reads such a folder (the head in the sidecar, every step's tensors counted) and verify says
+    in one line that it cannot decode this family's head from an MLX folder."""
     import mlx.core as mx
 
     from mtpforge.families import FAMILIES
@@ -169,3 +170,9 @@ def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_
         rep = json.loads(r.stdout)
         assert r.returncode == 0 and rep["layout"] == "sidecar" and rep["mtp_tensors"] == 17 * k, (extra, rep)
         assert [f["code"] for f in rep["findings"]] == ["NORM_CONVENTION_UNKNOWN"], (extra, rep["findings"])
+    # verify says in one line that its decoder has no head for this family (it said the head did
+    # not fit the backbone, listing 17 keys a line)
+    r = judged.mtpforge("verify", str(mlx))
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert r.returncode == 1 and "for llama.cpp only" in line and "mtpforge verify TRUNK.gguf" in line, r.stderr
+    assert "Traceback" not in r.stderr and "MTP_SHAPE_MISMATCH" not in r.stderr, r.stderr
