@@ -32,6 +32,7 @@ from .checks.norm_behaviour import OFFSET_VERDICT, group_of, judge_norms
 from .checks.norm_sources import BEHAVIOUR_LAYOUTS, settle_weak_groups
 from .checks.norms import backbone_verdicts
 from .errors import InputError, RefusedError
+from .families import FAMILIES
 from .families.detect import detect_family
 from .families.tables import is_norm_key
 from .inputs.manifest_file import check_manifest
@@ -91,6 +92,11 @@ def repair_norms(
     if family is None:
         raise InputError(*not_handled(str(target), cat.config, "pass an MLX model folder"))
     cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
+    spec = FAMILIES[family]
+    if not spec.layouts:  # no MLX convention to repair towards, no decoder head to judge by
+        raise RefusedError(f"mtpforge writes the {family} head for llama.cpp only, so repair-norms has no MLX norm "
+                           f"convention to repair {target}'s head towards; nothing was changed",
+                           spec.mlx_drafted_by or "put the head into the GGUF: mtpforge add-mtp --target TRUNK.gguf")
     loc = locate_head(cat, family)
     if loc.layout not in BEHAVIOUR_LAYOUTS:
         what = {"none": "has no MTP head", "hf": "is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load)"}.get(
