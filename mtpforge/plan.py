@@ -120,9 +120,8 @@ def resolve_layout(layout: str, family: str) -> str:
     fam = FAMILIES[family]
     if layout not in LAYOUT_NAMES:
         raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
-    if not fam.layouts:
-        raise InputError(f"mtpforge writes the {family} head for llama.cpp only so far, not into an MLX folder",
-                         "pass the trunk's .gguf as --target (see docs/families/" + family + ".md for the MLX runtimes)")
+    if fam.gguf_only:
+        raise InputError(*fam.gguf_only_refusal("not into an MLX folder", "pass the trunk's .gguf as --target"))
     if layout not in fam.layouts:
         raise InputError(f"the {layout} layout does not apply to {family}", f"use --layout {' or '.join(fam.layouts)}")
     return layout

@@ -93,10 +93,9 @@ def repair_norms(
         raise InputError(*not_handled(str(target), cat.config, "pass an MLX model folder"))
     cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
     spec = FAMILIES[family]
-    if not spec.layouts:  # no MLX convention to repair towards, no decoder head to judge by
-        raise RefusedError(f"mtpforge writes the {family} head for llama.cpp only, so repair-norms has no MLX norm "
-                           f"convention to repair {target}'s head towards; nothing was changed",
-                           spec.mlx_drafted_by or "put the head into the GGUF: mtpforge add-mtp --target TRUNK.gguf")
+    if spec.gguf_only:
+        raise RefusedError(*spec.gguf_only_refusal(f"so repair-norms has no MLX norm convention to repair {target}'s "
+                                                   "head towards; nothing was changed"))
     loc = locate_head(cat, family)
     if loc.layout not in BEHAVIOUR_LAYOUTS:
         what = {"none": "has no MTP head", "hf": "is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load)"}.get(

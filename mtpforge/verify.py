@@ -123,11 +123,10 @@ def _load(folder: Path, hw: Any) -> tuple[Any, Any]:
     from .decoder.head import build_head
 
     spec = FAMILIES[hw.family]
-    if not spec.layouts:  # the decoder builds heads of the families mtpforge writes into MLX folders
-        raise RefusedError(f"mtpforge writes the {hw.family} head for llama.cpp only, and its decoder does not "
-                           f"build that head from an MLX folder: {folder} cannot be verified here",
-                           "verify the GGUF: mtpforge verify TRUNK.gguf"
-                           + (f"; {spec.mlx_drafted_by}" if spec.mlx_drafted_by else ""))
+    if spec.gguf_only:
+        raise RefusedError(*spec.gguf_only_refusal(f"and its decoder does not build that head from an MLX folder: "
+                                                   f"{folder} cannot be verified here",
+                                                   "verify the GGUF: mtpforge verify TRUNK.gguf"))
     bb = load_backbone(folder, hw.family)
     try:
         return bb, build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)

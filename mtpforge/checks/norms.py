@@ -257,9 +257,7 @@ def check(ctx: InspectContext) -> list[Finding]:
         conv, how = "raw", "source layout"
     ctx.report["norm_convention"] = conv
     ctx.report["norm_convention_from"] = how
-    if not ctx.spec.layouts and not ctx.raw:
-        # a family mtpforge writes for llama.cpp only has no MLX convention to hold a head to
-        # (MTPLX, which drafts Step-3.5's, takes raw and shifted norms alike by its value rule)
+    if ctx.spec.gguf_only and not ctx.raw:  # (MTPLX, which drafts Step-3.5's, takes raw norms by its value rule)
         return out
     # a family without zero-centred norms stores them raw in every layout
     expected_conv = "raw" if ctx.raw or not ctx.spec.norm_roles else "shifted"

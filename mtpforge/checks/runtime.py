@@ -110,8 +110,8 @@ def _named_runtime(ctx: InspectContext) -> list[Finding]:
     no_path = f"no head {row.name} loads exists for {ctx.family}: use a runtime that drafts it ({', '.join(drafts)})"
     out = [finding(p.code, p.message, no_path if p.code == "RUNTIME_NO_MTP" else fix, severity=ERROR)
            for p in predict(row, head_facts(ctx), _placed(ctx))]
-    # no prediction for a family mtpforge writes for llama.cpp only: no convention of its to double-shift
-    shifted = reshifted(row, ctx.family, ctx.norm_means, lambda n: _marker(ctx, n)) if ctx.spec.layouts else []
+    # a gguf_only family has no convention of mtpforge's that a runtime could double-shift
+    shifted = [] if ctx.spec.gguf_only else reshifted(row, ctx.family, ctx.norm_means, lambda n: _marker(ctx, n))
     if shifted and ctx.report["norm_convention"] not in ("raw", "none"):
         out.append(finding(
             "RUNTIME_RESHIFTS_NORMS",

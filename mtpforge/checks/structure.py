@@ -73,7 +73,7 @@ def _source_checkpoint(ctx: InspectContext) -> Finding:
     """An original Hugging Face checkpoint is what add-mtp reads, not a broken MLX folder: say so,
     and what to run with it (for a family written for llama.cpp only: into a GGUF trunk)."""
     norms = "its RMSNorms are zero-centred by design" if ctx.spec.norm_roles else "its RMSNorms are raw, as MLX uses them"
-    if ctx.spec.layouts:
+    if not ctx.spec.gguf_only:
         fix = (f"put its head into your MLX conversion: mtpforge add-mtp --source {ctx.target} --target <your MLX folder>; "
                f"or convert it with the head kept: mtpforge convert --hf-path {ctx.target} --mlx-path <new folder> -q")
     else:

@@ -259,10 +259,23 @@ class FamilySpec:
         """The head is a NextN layer appended after the backbone's (its prefix names the index)."""
         return self.head_index_key is not None
 
+    @property
+    def gguf_only(self) -> bool:
+        """mtpforge writes this family's head for llama.cpp only: no MLX layout, so no MLX norm
+        convention to hold a head to and no decoder head to verify one with."""
+        return not self.layouts
+
+    def gguf_only_refusal(self, what: str, fix: str = "put the head into the trunk's GGUF: mtpforge add-mtp "
+                                                     "--target TRUNK.gguf") -> tuple[str, str]:
+        """(message, fix) for what a command cannot do with an MLX folder of a ``gguf_only``
+        family; the fix also says which MLX runtime drafts its head today."""
+        return (f"mtpforge writes the {self.name} head for llama.cpp only so far, {what}",
+                fix + (f"; {self.mlx_drafted_by}" if self.mlx_drafted_by else ""))
+
     def mlx_fix(self, source: str, target: str) -> str:
         """The fix for an MLX folder of this family that lacks its head: the add-mtp command,
         or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
-        if self.layouts:
+        if not self.gguf_only:
             return f"mtpforge add-mtp --source {source} --target {target}"
         today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
         return f"mtpforge writes the {self.name} head for llama.cpp GGUFs only so far (add-mtp --target TRUNK.gguf); {today}"
