@@ -155,7 +155,7 @@ def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_
     (f,) = rep["findings"]
     assert f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS" and "MTPLX 2.12.2 drafts it" in f["fix"], f
     assert f["fix"].endswith(FAMILIES["step3p5"].mlx_drafted_by or "-")
-    head = {key: v for f in sorted(src.glob("model*.safetensors")) for key, v in mx.load(str(f)).items()
+    head = {key: v for shard in sorted(src.glob("model*.safetensors")) for key, v in mx.load(str(shard)).items()
             if any(key.startswith(f"model.layers.{n + i}.") for i in range(k))}  # as stored: bf16
     assert {v.dtype for v in head.values()} == {mx.bfloat16}
     assert len(head) == 17 * k

@@ -269,16 +269,15 @@ class FamilySpec:
                                                      "--target TRUNK.gguf") -> tuple[str, str]:
         """(message, fix) for what a command cannot do with an MLX folder of a ``gguf_only``
         family; the fix also says which MLX runtime drafts its head today."""
-        return (f"mtpforge writes the {self.name} head for llama.cpp only so far, {what}",
-                fix + (f"; {self.mlx_drafted_by}" if self.mlx_drafted_by else ""))
+        today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
+        return f"mtpforge writes the {self.name} head for llama.cpp only so far, {what}", f"{fix}; {today}"
 
     def mlx_fix(self, source: str, target: str) -> str:
         """The fix for an MLX folder of this family that lacks its head: the add-mtp command,
         or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
         if not self.gguf_only:
             return f"mtpforge add-mtp --source {source} --target {target}"
-        today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
-        return f"mtpforge writes the {self.name} head for llama.cpp GGUFs only so far (add-mtp --target TRUNK.gguf); {today}"
+        return ": ".join(self.gguf_only_refusal("not into an MLX folder"))
 
     def rows(self, fmt: str | None = None) -> Iterator[Row]:
         """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats

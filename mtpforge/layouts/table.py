@@ -27,7 +27,7 @@ def placement(layout: str, family: str, config: Any = None) -> Placement:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}")
     spec = FAMILIES[family]
-    if not spec.mlx_head_prefixes:
+    if spec.gguf_only:
         raise ValueError(f"{family} has no MLX layout: mtpforge writes its head for llama.cpp only")
     pl = LAYOUTS[layout].place(spec)
     if spec.head_index_key is None:
