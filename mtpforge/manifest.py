@@ -55,7 +55,10 @@ def build_manifest(
     *, family: str, layout: str, source: dict[str, Any], options: dict[str, Any], plan: "Plan", n_layers: int,
     tensors: dict[str, Any], file_sha256: dict[str, str], added: list[str], changed: dict[str, Any],
 ) -> dict[str, Any]:
-    """The manifest add-mtp writes beside the head it staged."""
+    """The manifest add-mtp writes beside the head it staged (its norms labelled from the
+    family's spec: shifted for a zero-centred family, raw for GLM's and Nemotron-H's)."""
+    from .model_card import norms_said
+
     return {
         "mtpforge_manifest": MANIFEST_VERSION,
         "mtpforge_version": __version__,
@@ -63,8 +66,8 @@ def build_manifest(
         "layout": layout,
         "source": source,
         "options": options,
-        "norm_convention": "shifted",
-        "norm_shift": "+1 on the 7 zero-centred MTP norm kinds (source is raw Hugging Face)",
+        "norm_convention": norms_said(family)[0],
+        "norm_shift": norms_said(family)[2],
         "expert_format": plan.expert_format,
         "precision": {
             "float_dtype": plan.float_dtype,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .layouts.table import MANIFEST
 
 if TYPE_CHECKING:
+    from .families.spec import FamilySpec
     from .writer.atomic import StagedFolder
 
 CARD = "README.md"
@@ -32,9 +33,31 @@ BEGIN = "<!-- mtpforge:mtp-head -->"
 END = "<!-- /mtpforge:mtp-head -->"
 
 
-#: what the card says of the head's norms and how to undo or check it, per output format
-MLX_TEXT = ("shifted (+1, as mlx-lm's loaders expect)",
-            "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`.")
+#: the card's closing line for an MLX folder: how to undo or check the head
+MLX_CLOSING = "Remove it with `mtpforge remove-mtp <folder>`; check it with `mtpforge inspect <folder>`."
+#: what the card says of a zero-centred family's head norms and how to undo or check it (Qwen)
+MLX_TEXT = ("shifted (+1, as mlx-lm's loaders expect)", MLX_CLOSING)
+
+
+def norms_said(family: "str | FamilySpec | None") -> tuple[str, str, str]:
+    """(convention, the card's words, the manifest's ``norm_shift`` words) for the norms of an
+    MLX head add-mtp writes for ``family``, from its spec: a family whose release stores zero-
+    centred norms (``norm_roles``) gets ``norm_offset`` added, as mlx-lm's loaders expect; a raw-
+    norm family's (GLM, Nemotron-H) are written as stored, and saying "shifted" there would send
+    a reader (or another tool) to shift them. An unknown family (a damaged record) reads as
+    Qwen's, the convention every manifest said before families without a shift existed."""
+    from .families.tables import spec_named
+
+    try:
+        spec = spec_named(family) if family is not None else None
+    except KeyError:
+        spec = None
+    if spec is not None and not (spec.norm_offset and spec.norm_roles):
+        return ("raw", "raw (as stored in the source: the family's norms are not zero-centred, and mlx-lm applies them as-is)",
+                "none: the family's norms are not zero-centred; written as stored in the source")
+    off, kinds = (spec.norm_offset, len(spec.norm_roles)) if spec is not None else (1.0, 7)
+    return ("shifted", f"shifted (+{off:g}, as mlx-lm's loaders expect)",
+            f"+{off:g} on the {kinds} zero-centred MTP norm kinds (source is raw Hugging Face)")
 
 
 def _precision(m: dict[str, Any]) -> str:
@@ -52,9 +75,14 @@ def _precision(m: dict[str, Any]) -> str:
     return text + ("" if d else " (backbone not quantized)")
 
 
-def section(manifest: dict[str, Any], text: tuple[str, str] = MLX_TEXT) -> str:
+def section(manifest: dict[str, Any], text: tuple[str, str] | None = None) -> str:
     """The section's text, from the manifest alone (what add-mtp wrote and verify recorded);
-    ``text``: the norms' wording and the closing line of the output format."""
+    ``text``: the norms' wording and the closing line of the output format (default: an MLX
+    folder's, the norms' words from the manifest's family). The words are used only for the
+    convention they describe; any other recorded convention is shown by its name."""
+    if text is None:
+        text = (norms_said(manifest.get("family"))[1], MLX_CLOSING)
+    conv = str(manifest.get("norm_convention"))
     src = manifest.get("source") or {}
     repo = str(src.get("repo") or "the original checkpoint")
     rev = src.get("revision")
@@ -65,7 +93,7 @@ def section(manifest: dict[str, Any], text: tuple[str, str] = MLX_TEXT) -> str:
         ("layout", f"{manifest.get('layout')}"),
         ("MTP layers", str(manifest.get("mtp_layers"))),
         ("precision", _precision(manifest)),
-        ("norms", text[0] if manifest.get("norm_convention") == "shifted" else str(manifest.get("norm_convention"))),
+        ("norms", text[0] if text[0].split(" ", 1)[0] == conv else conv),
     ]
     if manifest.get("expert_format") not in (None, "none"):
         rows.append(("experts", str(manifest["expert_format"])))
@@ -226,5 +254,5 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-__all__ = ["CARD", "BEGIN", "END", "MLX_TEXT", "card_beside", "section", "put", "take_out", "find", "section_sha",
+__all__ = ["CARD", "BEGIN", "END", "MLX_CLOSING", "MLX_TEXT", "norms_said", "card_beside", "section", "put", "take_out", "find", "section_sha",
            "write_section", "refreshed", "write_atomic"]

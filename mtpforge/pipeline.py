@@ -411,7 +411,7 @@ def _write(plan: AddPlan, ex: _Existing, read: Reader, result: AddResult, prog: 
     # the staged check cannot see provenance (it ignores the manifest on purpose, to judge the
     # files alone), so "convention unknown" there only restates what add-mtp decided
     result.inspect = {"findings": [f for f in check["findings"] if f["code"] != "NORM_CONVENTION_UNKNOWN"],
-                      "norm_convention": "shifted"}
+                      "norm_convention": manifest["norm_convention"]}
 
 
 def _remove_old_head(plan: AddPlan, ex: _Existing, stage: StagedFolder) -> list[str]:

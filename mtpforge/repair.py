@@ -39,6 +39,7 @@ from .inputs.manifest_file import check_manifest
 from .layouts.detect import locate_head, read_entries
 from .layouts.table import MANIFEST
 from .layouts.write import dump_json
+from .model_card import norms_said
 from .progress import Progress
 from .writer.atomic import StagedFolder, check_writable_parent, cleanup_leftovers
 
@@ -266,7 +267,7 @@ def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: di
             tensors[loc.stored_keys.get(bare, bare)] = {
                 "sha256": hashlib.sha256(raw).hexdigest(), "dtype": info.dtype, "shape": list(info.shape)}
     _rehash(manifest, folder, stage, patched)
-    manifest["norm_convention"] = "shifted"
+    manifest["norm_convention"] = norms_said(family)[0]  # what the repaired tensors are, by the family
     manifest["repairs"] = list(manifest.get("repairs") or [])
     manifest["repairs"].append({
         "what": "norm convention", "evidence": report["evidence"], "source": report.get("source"),
