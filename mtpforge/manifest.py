@@ -26,6 +26,7 @@ from .inputs.problems import Problem
 from .layouts.table import EMBEDDED_FILE, LAYOUTS, MANIFEST, SIDECAR_FILE, VLLM_MLX_MANIFEST, VLLM_MLX_WEIGHTS, is_drafter_type
 from .layouts.write import dump_json
 from .model_card import CARD, find, refreshed, section_sha, take_out, write_atomic
+from .runtimes.config import REWRITTEN_FOR_RUNTIME
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -154,13 +155,15 @@ def _is_mtp_path(key: str) -> bool:
 
 def allowed_change(rel: str, path: tuple[str, ...]) -> bool:
     """Whether add-mtp ever changes the JSON value at ``path`` of ``rel``: the head's layer
-    count, the sidecar pointer, quantization entries of head modules, index entries of head
+    count, the sidecar pointer, a key rewritten for ``--runtime``'s mlx-lm, quantization entries of head modules, index entries of head
     tensors and the index's total size. A manifest asking to restore anything else is refused."""
     if rel == "config.json":
         if path in ((k,) for k in _COUNT_KEYS) or path in (("text_config", k) for k in _COUNT_KEYS):
             return True
         if path == ("mlx_lm_extra_tensors",):
             return True
+        if path[-1:] and path[-1] in REWRITTEN_FOR_RUNTIME and path[:-1] in ((), ("text_config",)):
+            return True  # a tagged float written as --runtime's mlx-lm 0.31 reads it (runtimes/config.py)
         return len(path) == 2 and path[0] in ("quantization", "quantization_config") and _is_mtp_path(path[1])
     if rel == INDEX_FILE:
         return path == ("metadata", "total_size") or (len(path) == 2 and path[0] == "weight_map" and _is_mtp_path(path[1]))

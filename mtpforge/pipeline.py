@@ -396,6 +396,7 @@ def _write(plan: AddPlan, ex: _Existing, read: Reader, result: AddResult, prog: 
                    for rel, e in before.items() if rel in written}
         file_sha256 = {head.file: scan.file_sha256, **{rel: file_sha(stage.path(rel)) for rel in side}}
         manifest = _manifest(plan, head_infos, scan, added, changed, file_sha256)
+        notes += _record_config_for_runtime(plan, manifest, before_bytes.get("config.json"))
         card_note = None if pl.separate_folder else write_section(stage, manifest)  # README.md, recorded in it
         notes += [card_note] if card_note else []
         stage.write_bytes(MANIFEST, dump_json(manifest))
@@ -446,6 +447,7 @@ def _edit_side_files(plan: AddPlan, stage: StagedFolder,
         return ["config.json"], set()
     base_cfg = json.loads(stage.path("config.json").read_text("utf-8"))
     cfg = updated_config(base_cfg, pl, n_layers=n, mtp_tensors=head.mtp_tensors, quant_entries=quant_entries)
+    cfg, _ = _for_runtime_loader(plan, cfg)
     stage.write_bytes("config.json", dump_json(cfg))
     written = {"config.json"}
     if pl.in_index:
@@ -465,6 +467,33 @@ def _edit_side_files(plan: AddPlan, stage: StagedFolder,
             source=plan.source.name, revision=plan.source.commit)))
         return [VLLM_MLX_MANIFEST], written
     return [], written
+
+
+def _for_runtime_loader(plan: AddPlan, cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """config.json as ``--runtime``'s pinned mlx-lm reads it (runtimes/config.py: a tagged
+    non-finite float, which mlx-lm 0.31 cannot decode), and what was changed, per key."""
+    from .runtimes.config import untagged_config
+
+    row = RUNTIMES.get(plan.options.runtime) if plan.options.runtime else None
+    if row is None or row.reads_tagged_floats:
+        return cfg, {}
+    return untagged_config(cfg, plan.family)
+
+
+def _record_config_for_runtime(plan: AddPlan, manifest: dict[str, Any], before: bytes | None) -> list[str]:
+    """Say in the manifest (and a note) which config.json keys were rewritten for ``--runtime``'s
+    loader; remove-mtp restores them with the rest of config.json, from its ``changed`` record."""
+    if before is None or plan.placement.separate_folder:
+        return []
+    untagged = _for_runtime_loader(plan, json.loads(before))[1]
+    if not untagged:
+        return []
+    manifest["config_for_runtime"] = {
+        "runtime": plan.options.runtime, "keys": untagged,
+        "why": "its pinned mlx-lm (0.31.x) reads no tagged float ({\"__float__\": ...}); its first decode step fails on one"}
+    said = ", ".join(f"{k} {how}" for k, how in untagged.items())
+    return [f"config.json for {plan.options.runtime}'s mlx-lm 0.31, which cannot read a tagged float "
+            f"({{\"__float__\": ...}}, as mlx-lm 0.32 writes them): {said}; remove-mtp restores it"]
 
 
 def _manifest(plan: AddPlan, head_infos: Mapping[str, TensorInfo], scan: Any, added: list[str],

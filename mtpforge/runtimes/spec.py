@@ -145,6 +145,10 @@ class RuntimeSpec:
     #: ``mtp.`` keys unchanged: its pinned mlx-lm never sees them (vllm-mlx's server routes
     #: vision-language checkpoints so)
     vl_route_keys: tuple[str, ...] = ()
+    #: its pinned mlx-lm decodes config.json's tagged non-finite floats (``{"__float__":
+    #: "Infinity"}``, as released mlx-lm >= 0.32 writes them); mlx-lm 0.31.x does not, and its
+    #: first decode step fails on one (runtimes/config.py): add-mtp --runtime writes the value
+    reads_tagged_floats: bool = True
     #: what its decode loop does that costs acceptance on every head (not the head's fault)
     loop_cost: Optional[str] = None
     #: the runtime version (or pull request) this row was checked against, and how

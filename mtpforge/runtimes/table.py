@@ -108,6 +108,7 @@ MLX_LM_MTP = RuntimeSpec(
     no_mtp={"qwen3_next": "mlx-lm #990 adds MTP to qwen3_5 only (docs/SPEC.md §5: the embedded layout is for Qwen3.5/3.6)",
             **_not_drafted("mlx-lm-mtp")},
     mlx_lm="its own mlx-lm branch",
+    reads_tagged_floats=False,
     # Nemotron-H (#1533, PR head d620aea7): read, and its loader and mtp_step run on mtpforge's
     # output by scripts/check_mlx_lm_1533.py; not installable here
     version_checked="mlx-lm #990 (PR head, Aug 2026): docs/SPEC.md §5.1, not installable here",
@@ -121,6 +122,7 @@ MTPLX = RuntimeSpec(
     quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
                  "nemotron_h": mtplx_scales_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
+    reads_tagged_floats=False,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",
 )
 VLLM_MLX = RuntimeSpec(
@@ -141,6 +143,7 @@ VLLM_MLX = RuntimeSpec(
     vl_route_keys=("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "image_token_id",
                    "image_token_index", "audio_token_id", "audio_token_index"),
     mlx_lm="mlx-lm 0.31.3 (it pins >=0.31.3,<0.32)", mlx_lm_range=((0, 31, 3), (0, 31, 99)),
+    reads_tagged_floats=False,
     loop_cost="vllm-mlx drafts without the head's KV cache (docs/SPEC.md §5.1: about -20 points)",
     version_checked="vllm-mlx 0.6.0 (PyPI): measured by tests/conformance",
 )
@@ -151,6 +154,7 @@ EXO = RuntimeSpec(
     expert_formats=("switch_mlp",), quant_check={None: whole_head_loads}, norm_rule={None: below_half},
     no_mtp=_not_drafted("exo"),
     mlx_lm="a fork of mlx-lm 0.31.3", mlx_lm_range=((0, 31, 3), (0, 31, 3)),
+    reads_tagged_floats=False,
     loop_cost="exo skips head-cache entries of accepted drafts (docs/SPEC.md §5.1: -6 to -16 points)",
     version_checked="exo #2110 (PR head 2c33a38f, May 2026): docs/SPEC.md §5.1, not installable here",
 )
