@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .checks import data, folder, index, norms, quant, runtime as runtime_check, structure, values
+from .checks import data, drafts, folder, index, norms, quant, runtime as runtime_check, structure, values
 from .checks.context import InspectContext, build_context, open_target_store
 from .errors import InputError
 from .findings import ERROR, INFO, WARNING, Finding
@@ -18,7 +18,8 @@ from .runtimes import RUNTIMES
 
 #: the checks in report order (structure fills ``expected``, quant fills ``precisions``)
 CHECKS: tuple[Callable[[InspectContext], list[Finding]], ...] = (
-    index.check, values.check, folder.check, structure.check, quant.check, norms.check, runtime_check.check, data.check,
+    index.check, values.check, folder.check, structure.check, quant.check, norms.check, drafts.check, runtime_check.check,
+    data.check,
 )
 
 

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .checks.basis import norm_convention_text
+
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -57,7 +59,7 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         ("layout", r.get("layout")),
         ("config MTP layers", r.get("config_mtp_layers")),
         ("MTP tensors", f"{r.get('mtp_tensors')} ({_human_bytes(r.get('mtp_bytes'))})"),
-        ("norm convention", f"{r.get('norm_convention')} (from {r.get('norm_convention_from')})"),
+        ("norm convention", norm_convention_text(r)),
         ("expert format", r.get("expert_format")),
         ("quantization", f"{d['bits']}-bit, group {d['group_size']}, {d['mode']}" if d else "none"),
     ]

@@ -28,13 +28,12 @@ from . import __version__
 from .checkpoint.catalogue import load_catalogue
 from .checkpoint.store import LocalStore
 from .checkpoint.tensors import to_bytes
-from .checks.norm_behaviour import OFFSET_VERDICT, group_of, judge_norms
+from .checks.norm_behaviour import SHIFT_NAMES, judge_norms, offset_for
 from .checks.norm_sources import BEHAVIOUR_LAYOUTS, settle_weak_groups
-from .checks.norms import backbone_verdicts
+from .checks.norms import backbone_verdicts, head_norm_keys
 from .errors import InputError, RefusedError
 from .families import FAMILIES
 from .families.detect import detect_family
-from .families.tables import is_norm_key
 from .inputs.manifest_file import check_manifest
 from .layouts.detect import locate_head, read_entries
 from .layouts.table import MANIFEST
@@ -43,8 +42,14 @@ from .model_card import norms_said
 from .progress import Progress
 from .writer.atomic import StagedFolder, check_writable_parent, cleanup_leftovers
 
-#: verdict of one norm -> offset that puts it into MLX's convention
-FIX = {v: k for k, v in OFFSET_VERDICT.items()}
+#: the verdicts a norm can be repaired from (the offset that fixes one depends on its family:
+#: ``offset_for``, +1 for a raw zero-centred norm, -1 for a raw-norm family's shifted one)
+FIX = frozenset(SHIFT_NAMES.values())
+
+
+def _expect(spec: Any, bare: str) -> int:
+    """What MLX applies over the release's values for this norm (1 zero-centred, 0 raw)."""
+    return int(spec.offset_of(bare))
 
 
 def _clone(src: Path, dst: Path) -> str:
@@ -57,8 +62,8 @@ def _clone(src: Path, dst: Path) -> str:
     return "copy"
 
 
-def _exact_offsets(folder: Path, source: str | None, revision: str | None,
-                   stored_keys: dict[str, str]) -> tuple[str, str | None, dict[str, int]] | None:
+def _exact_offsets(folder: Path, source: str | None, revision: str | None, stored_keys: dict[str, str],
+                   spec: Any) -> tuple[str, str | None, dict[str, int]] | None:
     """(evidence, source used, offset per bare norm key) from inspect's exact evidence: ``source``,
     else mtpforge's manifest or the model card's ``base_model``. None when neither decides."""
     from .inspect import inspect_checkpoint
@@ -75,7 +80,8 @@ def _exact_offsets(folder: Path, source: str | None, revision: str | None,
         raise RefusedError(f"the head's norms do not match {source}'s exactly (one of them is neither raw, shifted "
                            "nor double-shifted): the evidence is not decisive, nothing was changed",
                            "check that --source is the model this folder was converted from")
-    return how, r.get("norm_source"), {k: FIX[v] for k, v in verdicts.items() if FIX[v]}
+    offs = {k: offset_for(_expect(spec, k), v) for k, v in verdicts.items()}
+    return how, r.get("norm_source"), {k: o for k, o in offs.items() if o}
 
 
 def repair_norms(
@@ -106,15 +112,15 @@ def repair_norms(
                            f"run `mtpforge inspect {target}` to see what the folder needs")
     _read_old_manifest(folder)  # a record that cannot be kept is refused before any work
     prog = Progress(enabled=progress)
-    norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
+    norms = {k: loc.entries[k] for k in head_norm_keys(spec, loc.entries)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
-    per_key = _offsets(folder, cat, source, revision, loc.stored_keys, norms, report, prog)
+    per_key = _offsets(folder, cat, source, revision, loc.stored_keys, norms, report, prog, spec)
     if not per_key:
         report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
         prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
         return report
     report["changed_norms"] = {loc.stored_keys.get(k, k): f"{o:+d}" for k, o in sorted(per_key.items())}
-    patches = _patches(cat, norms, per_key, report, source, revision)
+    patches = _patches(cat, norms, per_key, report, source, revision, spec)
     report["bytes_rewritten"] = sum(len(d) for ps in patches.values() for _, d, _ in ps)
     report["files_written"] = sorted(patches) + [MANIFEST]
     if dry_run:
@@ -134,11 +140,11 @@ def repair_norms(
 
 
 def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, stored_keys: dict[str, str],
-             norms: dict[str, Any], report: dict[str, Any], prog: Progress) -> dict[str, int]:
+             norms: dict[str, Any], report: dict[str, Any], prog: Progress, spec: Any) -> dict[str, int]:
     """The offset to add to each norm, from exact evidence first, else the head's behaviour;
     refuses when neither is decisive."""
     prog.step(f"comparing the head's norms with {source}" if source else "looking for exact evidence (manifest, model card)")
-    exact = _exact_offsets(folder, source, revision, stored_keys)
+    exact = _exact_offsets(folder, source, revision, stored_keys, spec)
     if exact is not None:
         how, used, per_key = exact
         report.update(evidence=how, source=used)
@@ -153,27 +159,27 @@ def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, s
                            f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
                            f"with `mtpforge add-mtp --force`")
     by_group = res.repair_offsets()
-    per_key = {k: by_group[g] for k in norms if (g := group_of(k)) in by_group}
+    per_key = {k: by_group[g] for k in norms if (g := res.group(k)) in by_group}
     # a group the drafts barely depend on takes the backbone comparison's verdict, as inspect does
     notes: list[str] = []
     verdicts, evidence, _, _ = settle_weak_groups(res, read_entries(cat, norms), lambda v: backbone_verdicts(cat, v), notes)
     for k, how in evidence.items():
         if how == "backbone" and verdicts[k] in FIX:
             per_key.pop(k, None)
-            if FIX[verdicts[k]]:
-                per_key[k] = FIX[verdicts[k]]
+            if o := offset_for(_expect(spec, k), verdicts[k]):
+                per_key[k] = o
     if notes:
         report["notes"] = notes
     return per_key
 
 
 def _patches(cat: Any, norms: dict[str, Any], per_key: dict[str, int], report: dict[str, Any],
-             source: str | None, revision: str | None) -> dict[str, list[tuple[int, bytes, str]]]:
+             source: str | None, revision: str | None, spec: Any) -> dict[str, list[tuple[int, bytes, str]]]:
     """file -> (offset, new bytes, key) of every norm to rewrite."""
     values = read_entries(cat, {k: norms[k] for k in per_key})
     if report["evidence"] == "source":
-        # the source's raw norm + 1, rounded once: exactly what add-mtp writes (undoing a +2 in
-        # bf16 would round twice)
+        # the source's raw norm + what MLX adds (1 zero-centred, 0 raw), rounded once: exactly
+        # what add-mtp writes (undoing a +2 in bf16 would round twice)
         from .checks.norms import source_norms
 
         exact_vals = source_norms(report["source"], revision if report["source"] == source else None, list(per_key))
@@ -183,7 +189,7 @@ def _patches(cat: Any, norms: dict[str, Any], per_key: dict[str, int], report: d
     for k, o in per_key.items():
         info = norms[k]
         if k in exact_vals:
-            new = (exact_vals[k].astype(mx.float32) + 1.0).astype(values[k].dtype)
+            new = (exact_vals[k].astype(mx.float32) + spec.offset_of(k)).astype(values[k].dtype)
         else:
             new = (values[k].astype(mx.float32) + o).astype(values[k].dtype)
         data = to_bytes(new)
@@ -261,11 +267,11 @@ def _manifest(stage: Path, folder: Path, stored_keys: dict[str, str], report: di
     cat = load_catalogue(LocalStore(stage))
     loc = locate_head(cat, family)
     tensors = manifest["tensors"] = dict(manifest.get("tensors") or {})
-    for bare, info in loc.entries.items():
-        if is_norm_key(bare):
-            raw = cat.read_tensor_bytes(info)
-            tensors[loc.stored_keys.get(bare, bare)] = {
-                "sha256": hashlib.sha256(raw).hexdigest(), "dtype": info.dtype, "shape": list(info.shape)}
+    for bare in head_norm_keys(FAMILIES[family], loc.entries):
+        info = loc.entries[bare]
+        raw = cat.read_tensor_bytes(info)
+        tensors[loc.stored_keys.get(bare, bare)] = {
+            "sha256": hashlib.sha256(raw).hexdigest(), "dtype": info.dtype, "shape": list(info.shape)}
     _rehash(manifest, folder, stage, patched)
     manifest["norm_convention"] = norms_said(family)[0]  # what the repaired tensors are, by the family
     manifest["repairs"] = list(manifest.get("repairs") or [])

@@ -2,8 +2,10 @@
 
 The folder holds the backbone the head was trained against, so the backbone is the oracle: on a
 short built-in text its distribution of token t+2 (its logits at position t+1) is what a working
-head reproduces from (H[t], x[t+1]). Each norm group (the seven zero-centred kinds of docs/SPEC.md §4) is
-tried as stored, with -1 and with +1; the offsets that make the head's drafts closest to the
+head reproduces from (H[t], x[t+1]). Each norm group (every RMSNorm kind of the head: the seven
+zero-centred kinds of docs/SPEC.md §4 for Qwen, the raw ones of GLM and Nemotron-H) is tried as
+the release's raw values, shifted +1 and shifted +2 — for Qwen that is stored +1, as stored and
+stored -1; for a raw-norm family as stored, -1 and -2 — the offsets that make the head's drafts closest to the
 backbone (mean KL over positions) name the convention per group, so a head whose groups disagree
 is reported ``mixed``. A group is decided only when its best offset beats both others by a paired
 margin that the per-position spread cannot explain, and only when the head beats a draft that
@@ -21,11 +23,29 @@ from typing import Any, Mapping
 
 import mlx.core as mx
 
-from ..families.tables import NORM_SUFFIXES, is_norm_key
+from ..families.spec import NORM_ROLES, FamilySpec, Role
+from ..families.tables import is_norm_key
 
-#: offset that, added to the stored weights, gives MLX's x̂·w -> what the stored group is
+#: offset that, added to the stored weights, gives MLX's x̂·w -> what the stored group is, for a
+#: zero-centred group (MLX adds +1 to the release's values); ``verdict_of`` is the general rule
 OFFSET_VERDICT = {0: "shifted", 1: "raw", -1: "double-shifted"}
 OFFSETS = (0, 1, -1)
+#: what a stored group carries over the release's raw values -> its name (docs/SPEC.md §4)
+SHIFT_NAMES = {0: "raw", 1: "shifted", 2: "double-shifted"}
+#: the hypotheses tried per group, as shifts over the raw values (for a zero-centred group:
+#: the offsets 0, +1, -1 of ``OFFSETS``, in that order)
+SHIFTS = (1, 0, 2)
+
+
+def verdict_of(expect: int, offset: int) -> str:
+    """What a group is stored as when ``offset`` makes it what MLX applies, for a group MLX
+    applies ``expect`` over the release's values (1 zero-centred, 0 raw)."""
+    return SHIFT_NAMES[expect - offset]
+
+
+def offset_for(expect: int, verdict: str) -> int:
+    """The offset that puts a group stored as ``verdict`` into MLX's convention."""
+    return expect - {v: k for k, v in SHIFT_NAMES.items()}[verdict]
 #: a group is decided when its best offset beats each other one by a likelihood ratio of 1000:1
 #: (Jeffreys' "decisive") on tokens drawn from the backbone at these positions. The expected log
 #: ratio of two drafts on a token drawn from p is KL(p||q_b) - KL(p||q_a), so the evidence is the
@@ -48,8 +68,17 @@ TEXTS: tuple[str, ...] = (
 CONTINUE_TOKENS = 64
 
 
-def group_of(bare: str) -> str | None:
-    """The norm kind of a bare head key (``layers.0.self_attn.q_norm.weight`` -> ``self_attn.q_norm.weight``)."""
+def group_of(bare: str, spec: FamilySpec | None = None) -> str | None:
+    """The norm kind of a bare head key (``layers.0.self_attn.q_norm.weight`` -> ``self_attn.q_norm.weight``).
+
+    With ``spec``: any RMSNorm of that family's head (its row's key without the MTP layer's
+    ``{i}.``; Nemotron-H's ``layers.0.norm`` and ``layers.1.norm`` are two kinds), raw-norm
+    families included. Without: a zero-centred kind of any family (a key read without its config)."""
+    if spec is not None:
+        hit = spec.match(bare)
+        if hit is None or hit[0].role not in NORM_ROLES:
+            return None
+        return hit[0].key.split("{i}.")[-1]
     if not is_norm_key(bare):
         return None
     return bare.split(".", 2)[2] if bare.startswith("layers.") else bare
@@ -85,14 +114,25 @@ class BehaviourResult:
     backbone_passes: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: bare norm key -> its group (the family's, ``group_of(key, spec)``)
+    keys: dict[str, str] = field(default_factory=dict)
+    #: group -> the shift MLX applies over the release's values (1 zero-centred, 0 raw)
+    expect: dict[str, int] = field(default_factory=dict)
+    #: share of positions where the head's greedy draft is the backbone's greedy token t+2 (what
+    #: depth-1 greedy acceptance counts): as stored (best hidden state), with the best norm
+    #: assignment, and for a draft that always names the most frequent token
+    agreement: dict[str, float] = field(default_factory=dict)
 
+    def group(self, key: str) -> str | None:
+        """The group of a bare norm key (the family's grouping; a zero-centred kind's otherwise)."""
+        return self.keys.get(key) or group_of(key)
     def weak_groups(self) -> list[str]:
         """Groups with a verdict the drafts cannot back by ``DECISIVE_NATS`` on their own."""
         return [g for g, v in self.groups.items() if v.verdict != "unknown" and v.evidence < DECISIVE_NATS]
 
     def verdicts(self, keys: list[str]) -> dict[str, str]:
         """Per bare norm key: its group's verdict (``unknown`` where behaviour cannot tell)."""
-        return {k: (self.groups[g].verdict if (g := group_of(k)) in self.groups else "unknown") for k in keys}
+        return {k: (self.groups[g].verdict if (g := self.group(k)) in self.groups else "unknown") for k in keys}
 
     def repair_offsets(self) -> dict[str, int]:
         """Offset per group (zeros left out) of the assignment a repair applies: of those that
@@ -108,6 +148,7 @@ class BehaviourResult:
             "groups": {g: v.as_dict() for g, v in self.groups.items()},
             "hidden": self.hidden, "kl_best": round(self.kl_best, 5), "kl_baseline": round(self.kl_baseline, 5),
             "informative": self.informative,
+            "agreement": {k: round(v, 4) for k, v in self.agreement.items()},
             "cost": {"positions": self.positions, "head_passes": self.head_passes,
                      "backbone_passes": self.backbone_passes, "seconds": round(self.seconds, 3)},
             "notes": self.notes,
@@ -133,10 +174,11 @@ def _log_softmax(x: mx.array) -> mx.array:
     return x - mx.logsumexp(x, axis=-1, keepdims=True)
 
 
-def label(assign: Mapping[str, int]) -> str:
-    """The head's convention if ``assign`` (offsets per group) is what it needs."""
-    offs = set(assign.values())
-    return OFFSET_VERDICT[offs.pop()] if len(offs) == 1 else "mixed"
+def label(assign: Mapping[str, int], expect: Mapping[str, int] | None = None) -> str:
+    """The head's convention if ``assign`` (offsets per group) is what it needs; ``expect``:
+    per group, the shift MLX applies over the release's values (default 1: zero-centred)."""
+    names = {verdict_of((expect or {}).get(g, 1), o) for g, o in assign.items()}
+    return names.pop() if len(names) == 1 else "mixed"
 
 
 def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[tuple[int, ...], float]]:
@@ -151,7 +193,10 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
     agrees on its offset.
     """
     groups = pr.groups
-    starts = [({g: o for g in groups}, h) for o in OFFSETS for h in ("post", "pre")]
+    exp = {g: pr.expect.get(g, 1) for g in groups}
+    cands = {g: [exp[g] - s for s in SHIFTS] for g in groups}
+    uniform = {s: {g: exp[g] - s for g in groups} for s in SHIFTS}
+    starts = [(uniform[s], h) for s in SHIFTS for h in ("post", "pre")]
     _, hidden = min(starts, key=lambda s: float(mx.sum(pr.kl(*s)).item()))
     total: dict[tuple[int, ...], float] = {}
 
@@ -163,12 +208,13 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
 
     # from the head as stored and from the best uniform convention: a single wrong group sits
     # next to the first, a uniform error at the second
-    for o in sorted({0, min(OFFSETS, key=lambda x: cost({g: x for g in groups}))}):
-        cur = {g: o for g in groups}
+    best_s = min(SHIFTS, key=lambda s: cost(uniform[s]))
+    for start in ({g: 0 for g in groups}, uniform[best_s]):
+        cur = dict(start)
         for _ in range(MAX_ROUNDS):
             changed = False
             for g in groups:
-                best = min(OFFSETS, key=lambda x: cost({**cur, g: x}))
+                best = min(cands[g], key=lambda x: cost({**cur, g: x}))
                 if best != cur[g]:
                     cur[g], changed = best, True
             if not changed:
@@ -176,18 +222,18 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
     assigns = {k: dict(zip(groups, k)) for k in total}
     best_of: dict[str, tuple[int, ...]] = {}
     for k, a in assigns.items():
-        lab = label(a)
+        lab = label(a, exp)
         if lab not in best_of or total[k] < total[best_of[lab]]:
             best_of[lab] = k
-    uniform = [l for l in best_of if l != "mixed"]
-    best_uniform = min(uniform, key=lambda l: total[best_of[l]])
+    uniform_labels = [l for l in best_of if l != "mixed"]
+    best_uniform = min(uniform_labels, key=lambda l: total[best_of[l]])
     top = best_uniform
     if "mixed" in best_of and total[best_of[best_uniform]] - total[best_of["mixed"]] >= DECISIVE_NATS \
             and _sign_z(pr.kl(assigns[best_of[best_uniform]], hidden), pr.kl(assigns[best_of["mixed"]], hidden)) > 0:
         top = "mixed"
     # mixed must beat every uniform label; a uniform label must beat the other uniform ones (a
     # mixed assignment within reach does not unseat it: see above)
-    others = [total[best_of[l]] for l in uniform if l != top]
+    others = [total[best_of[l]] for l in uniform_labels if l != top]
     margin = min(others) - total[best_of[top]] if others else math.inf
     conv = top if margin >= DECISIVE_NATS else "unknown"
     if top != "mixed" and conv != "unknown":
@@ -205,7 +251,7 @@ def decide(pr: "Probe") -> tuple[str, dict[str, GroupVerdict], str, float, dict[
     for i, g in enumerate(groups):
         ev = _moved_by(total, best_k, i)
         agreed = all(k[i] == best_k[i] for k in near)
-        v = OFFSET_VERDICT[best_k[i]] if agreed and conv != "unknown" else "unknown"
+        v = verdict_of(exp[g], best_k[i]) if agreed and conv != "unknown" else "unknown"
         verdicts[g] = GroupVerdict(v, best_k[i], ev)
     return conv, verdicts, hidden, margin, total
 
@@ -233,9 +279,13 @@ def judge_norms(folder: str | Path, *, seed: int = 0) -> BehaviourResult:
                      "or damaged head): its norm convention cannot be told by behaviour")
         conv = "unknown"
         verdicts = {g: GroupVerdict("unknown", v.offset, v.evidence) for g, v in verdicts.items()}
+    top = mx.argmax(pr.logp, axis=-1)
+    agreement = {"as_stored": max(pr.agree({}, h) for h in ("post", "pre")),
+                 "best_norms": max(pr.agree(dict(zip(pr.groups, best_k)), h) for h in ("post", "pre")),
+                 "most_frequent_token": float(mx.mean(top == mx.argmax(mx.sum(mx.exp(pr.logp), axis=0))).item())}
     return BehaviourResult(conv, verdicts, hidden, margin, float(mx.mean(final).item()), float(mx.mean(kl_base).item()),
                            informative, int(pr.logp.shape[0]), pr.passes, pr.backbone_passes,
-                           time.perf_counter() - t0, notes)
+                           time.perf_counter() - t0, notes, dict(pr.keys), dict(pr.expect), agreement)
 
 
 @dataclass
@@ -254,6 +304,12 @@ class Probe:
     backbone_passes: int
     passes: int = 0
     cache: dict[tuple[str, tuple[int, ...]], mx.array] = field(default_factory=dict)
+    #: bare norm key -> group, and group -> the shift MLX applies over the release (see decide)
+    keys: dict[str, str] = field(default_factory=dict)
+    expect: dict[str, int] = field(default_factory=dict)
+
+    def group(self, key: str) -> str:
+        return self.keys.get(key) or group_of(key) or ""
 
     def kl(self, offsets: Mapping[str, int], hidden: str) -> mx.array:
         """KL(backbone || head) per position with ``offsets`` added to each norm group."""
@@ -261,7 +317,7 @@ class Probe:
         if key in self.cache:
             return self.cache[key]
         self.passes += 1
-        self.head.load_weights([(k, (v + offsets.get(group_of(k) or "", 0)).astype(self.dtype))
+        self.head.load_weights([(k, (v + offsets.get(self.group(k), 0)).astype(self.dtype))
                                 for k, v in self.stored.items()], strict=False)
         # every text in one batch, right-padded: causal attention keeps the padding out of the
         # real positions, which are picked back out by ``keep``
@@ -271,9 +327,18 @@ class Probe:
         self.cache[key] = out
         return out
 
+    def agree(self, offsets: Mapping[str, int], hidden: str) -> float:
+        """Share of positions whose greedy draft (``offsets`` on the norms) is the backbone's
+        greedy token t+2: a head that drafts well agrees on most, a dead one on almost none."""
+        self.head.load_weights([(k, (v + offsets.get(self.group(k), 0)).astype(self.dtype))
+                                for k, v in self.stored.items()], strict=False)
+        logits = self.lm_head(self.head(self.inputs[hidden], self.emb))
+        draft = mx.argmax(logits.reshape(-1, logits.shape[-1])[self.keep], axis=-1)
+        return float(mx.mean(draft == mx.argmax(self.logp, axis=-1)).item())
+
     def broken(self, offsets: Mapping[str, int]) -> "Probe":
         """The same probe for a head whose norm groups carry ``offsets`` more (tests, repairs)."""
-        stored = {k: v + offsets.get(group_of(k) or "", 0) for k, v in self.stored.items()}
+        stored = {k: v + offsets.get(self.group(k), 0) for k, v in self.stored.items()}
         return replace(self, stored=stored, passes=0, cache={})
 
 
@@ -283,11 +348,17 @@ def probe(folder: str | Path, *, seed: int = 0) -> Probe:
     from ..decoder.head import build_head
     from ..layouts.read import load_head_weights
 
+    from ..families.tables import spec_named
+
     hw = load_head_weights(folder)
     bb = load_backbone(folder, hw.family)
     head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
-    stored = {k: v.astype(mx.float32) for k, v in hw.tensors.items() if is_norm_key(k)}
-    groups = sorted({g for g in (group_of(k) for k in stored) if g}, key=NORM_SUFFIXES.index)
+    spec = spec_named(hw.family)
+    keys = {k: g for k in hw.tensors if (g := group_of(k, spec))}
+    stored = {k: v.astype(mx.float32) for k, v in hw.tensors.items() if k in keys}
+    expect = {g: int(spec.offset_of(k)) for k, g in keys.items()}
+    order = list(Role)
+    groups = sorted(set(keys.values()), key=lambda g: (order.index(spec.role_of(next(k for k in keys if keys[k] == g)) or Role.FC), g))
     seqs, steps = _texts(bb, seed)
     targets: list[mx.array] = []
     hid: dict[str, list[mx.array]] = {"pre": [], "post": []}
@@ -312,7 +383,7 @@ def probe(folder: str | Path, *, seed: int = 0) -> Probe:
 
     keep = mx.array([i * width + j for i, e in enumerate(emb) for j in range(e.shape[0])])
     return Probe(head, bb.dtype, bb.lm_head, stored, groups, mx.concatenate(targets, axis=0),
-                 {h: batch(v) for h, v in hid.items()}, batch(emb), keep, steps + len(targets))
+                 {h: batch(v) for h, v in hid.items()}, batch(emb), keep, steps + len(targets), keys=keys, expect=expect)
 
 
 def _texts(bb: Any, seed: int) -> tuple[list[list[int]], int]:

@@ -101,18 +101,16 @@ def settle_weak_groups(res: Any, values: dict[str, mx.array], backbone: Callable
     A group whose offsets the drafts cannot tell apart (a wrong ±1 there changes them too little
     to see) takes the backbone comparison's verdict when that one is decided, else it is
     ``unknown``: the best fit of a group the drafts do not depend on is no evidence."""
-    from .norm_behaviour import group_of
-
     verdicts = res.verdicts(list(values))
     evidence = {k: ("behaviour" if v != "unknown" else "unknown") for k, v in verdicts.items()}
     weak = set(res.weak_groups())
     if not weak:
         return verdicts, evidence, [], False
-    told = backbone({k: v for k, v in values.items() if group_of(k) in weak})
+    told = backbone({k: v for k, v in values.items() if res.group(k) in weak})
     undecided: set[str] = set()
     overridden = False
     for k in values:
-        g = group_of(k)
+        g = res.group(k)
         if g not in weak:
             continue
         v = told.get(k, "unknown")

@@ -21,13 +21,18 @@ from ..checkpoint.tensors import to_mx
 from ..errors import InputError, MtpforgeError
 from ..families.detect import detect_family
 from ..families.spec import NORM_ROLES, FamilySpec
-from ..families.tables import family_spec, is_head_key, is_norm_key
+from ..families.tables import family_spec, is_head_key
 from ..findings import Finding, finding
 from ..layouts.detect import is_raw_hf, locate_head, read_entries
 from ..layouts.table import MANIFEST
+from .basis import basis
 from .context import InspectContext, open_target_store
 
 OFFSET_NAMES = {0: "raw", 1: "shifted", 2: "double-shifted"}
+def head_norm_keys(spec: FamilySpec, keys: Any) -> list[str]:
+    """The bare keys of every RMSNorm of the head (zero-centred in the release or not): the
+    tensors whose convention a wrong tool gets wrong, GLM's and Nemotron-H's raw ones included."""
+    return [k for k in keys if spec.role_of(k) in NORM_ROLES]
 
 
 def classify_exact(target: mx.array, source: mx.array) -> str:
@@ -69,7 +74,7 @@ def backbone_kind(bare: str, spec: FamilySpec) -> str | None:
     so each per-layer norm row (``…{i}.<suffix>``) has the backbone's ``.<suffix>`` as its kin;
     the head-level norms have none."""
     hit = spec.match(bare)
-    if hit is None or hit[0] not in spec.layer_rows or hit[0].role not in spec.norm_roles:
+    if hit is None or hit[0] not in spec.layer_rows or hit[0].role not in NORM_ROLES:
         return None
     return "." + hit[0].key.split("{i}.")[-1]
 
@@ -125,7 +130,8 @@ def source_norms(source: str, revision: str | None, keys: list[str],
     vals = read_entries(src_cat, {k: src_loc.entries[k] for k in keys if k in src_loc.entries})
     if is_raw_hf(src_cat):
         return vals
-    return {k: v.astype(mx.float32) - 1.0 for k, v in vals.items()}
+    spec = family_spec(src_cat.config)  # an MLX source: undo what MLX added (nothing for a raw-norm family)
+    return {k: v.astype(mx.float32) - spec.offset_of(k) for k, v in vals.items()}
 
 
 def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo]) -> bool:
@@ -139,8 +145,9 @@ def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo
 
 def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
     """Per head norm of a kind the backbone also has: its convention against the backbone's
-    norms of that kind (``unknown`` unless exactly one offset fits; see classify_by_backbone)."""
-    backbone_shifted = not is_raw_hf(cat)
+    norms of that kind (``unknown`` unless exactly one offset fits; see classify_by_backbone).
+    The backbone is shifted where MLX shifts that kind: a zero-centred kind in a converted folder."""
+    raw = is_raw_hf(cat)
     spec = family_spec(cat.config)
     kinds = set(filter(None, (backbone_kind(k, spec) for k in values)))
     by_kind: dict[str, list[TensorInfo]] = {}
@@ -158,7 +165,7 @@ def backbone_verdicts(cat: Any, values: dict[str, mx.array]) -> dict[str, str]:
         if kind is None:
             continue
         refs = [to_mx(i, cat.read_tensor_bytes(i)) for i in by_kind.get(kind, [])]
-        verdicts[k] = classify_by_backbone(v, refs, backbone_shifted)
+        verdicts[k] = classify_by_backbone(v, refs, not raw and spec.offset_of(k) > 0)
     return verdicts
 
 
@@ -206,9 +213,9 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     """(convention, how it was decided, per-tensor verdicts, findings): the source's tensors,
     else mtpforge's manifest checked against the tensors' hashes, else the model card's source,
     else the head's behaviour, else the backbone."""
-    if not ctx.spec.norm_roles and any(ctx.spec.role_of(k) in NORM_ROLES for k in ctx.loc.entries):
-        return "raw", "family", {}, []  # no zero-centred norm in the family: raw is its only convention
-    norm_entries = {k: v for k, v in ctx.loc.entries.items() if is_norm_key(k)}
+    # every RMSNorm of the head, a raw-norm family's too: its convention is measured like Qwen's
+    # (a tool that shifts every head's norms +1 gets GLM's wrong), never assumed from the family
+    norm_entries = {k: ctx.loc.entries[k] for k in head_norm_keys(ctx.spec, ctx.loc.entries)}
     if not norm_entries:
         return "none", "none", {}, []
     values = read_entries(ctx.cat, norm_entries)
@@ -228,6 +235,10 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     if m and isinstance(m.get("tensors"), dict) and m.get("norm_convention"):
         if _manifest_matches(ctx, norm_entries):
             conv = str(m["norm_convention"])
+            if conv == "shifted" and not ctx.spec.norm_roles and not m.get("repairs"):
+                # mtpforge writes a raw-norm family's norms as stored; its manifests said
+                # "shifted" for every family before the label came from the family
+                conv = "raw"
             verdicts = {k: conv for k in norm_entries}
             _answered(ctx, "manifest", verdicts)
             return conv, "manifest", verdicts, found
@@ -257,6 +268,7 @@ def check(ctx: InspectContext) -> list[Finding]:
         conv, how = "raw", "source layout"
     ctx.report["norm_convention"] = conv
     ctx.report["norm_convention_from"] = how
+    ctx.report["norm_convention_basis"] = basis(how, conv)
     if ctx.spec.gguf_only and not ctx.raw:  # (MTPLX, which drafts Step-3.5's, takes raw norms by its value rule)
         return out
     # a family without zero-centred norms stores them raw in every layout
@@ -270,6 +282,11 @@ def check(ctx: InspectContext) -> list[Finding]:
             "MTP_NORMS_RAW", f"the head's RMSNorm weights are zero-centred (raw Hugging Face convention) in the {ctx.loc.layout} layout, whose runtime applies them as-is: ≈0% acceptance",
             f"{repair}re-create the head with the +1 shift: {ctx.add_fix} --force",
         ))
+    elif conv == "shifted" and expected_conv == "raw" and not ctx.raw:
+        out.append(finding(
+            "MTP_NORMS_SHIFTED", f"the head's norms carry +1, but {ctx.spec.name}'s norms are raw (not zero-centred; "
+            "mlx-lm applies them as stored): the Qwen shift applied to a family without it, which costs acceptance",
+            fix))
     elif conv == "shifted" and expected_conv == "raw":
         out.append(finding(
             "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms are already shifted in a raw Hugging Face checkpoint; mlx-lm will add +1 again",
@@ -281,8 +298,9 @@ def check(ctx: InspectContext) -> list[Finding]:
             "MTP_NORMS_MIXED", f"some head norms are shifted and others are not (e.g. {bad[0] if bad else '?'})", fix,
         ))
     elif conv == "double-shifted":
+        want = "instead of +1 (shifted twice)" if expected_conv == "shifted" else f"where {ctx.spec.name}'s are raw"
         out.append(finding(
-            "MTP_NORMS_DOUBLE_SHIFTED", "the head's norms carry +2 instead of +1 (shifted twice): acceptance halves", fix,
+            "MTP_NORMS_DOUBLE_SHIFTED", f"the head's norms carry +2 {want}: acceptance halves", fix,
         ))
     if conv not in ("unknown", "none") and ctx.report.get("norm_undecided_groups"):
         groups = ", ".join(ctx.report["norm_undecided_groups"])

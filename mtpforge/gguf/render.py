@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..checks.basis import norm_convention_text
 from ..layouts.gguf import beside_trunk
 
 
@@ -24,7 +25,7 @@ def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
     else:
         rows += [("block_count", r.get("block_count")), ("nextn_predict_layers", r.get("config_mtp_layers")),
                  ("MTP tensors", f"{r.get('mtp_tensors')} ({r.get('mtp_bytes', 0):,} B)"),
-                 ("norm convention", f"{r.get('norm_convention')} (from {r.get('norm_convention_from')})"),
+                 ("norm convention", norm_convention_text(r)),
                  ("expert format", r.get("expert_format"))]
         if r.get("head_file") and beside_trunk(r.get("layout")):
             rows.append(("MTP file", r["head_file"]))

@@ -1,0 +1,191 @@
+"""A raw-norm family's head convention told by behaviour, offline, as Qwen's is.
+
+The trained tiny GLM-4.5 (``tests/data/tiny-glm4_moe-trained``) through ``mlx_lm.convert`` (4-bit),
+its head written by add-mtp, then left as another tool leaves it (no mtpforge.json, no card) and
+broken the way the issue saw in the wild: the head's norms shifted +1 — the Qwen habit applied to
+a family whose norms are raw — all of them, or one group. ``inspect`` (no --source, offline) names
+each case with the code a raw-norm family's +1 has in GGUF files (``MTP_NORMS_SHIFTED``; one group:
+``MTP_NORMS_MIXED``) and says the convention was measured; ``repair-norms`` puts the drafts back
+where the correct head's are (verify's acceptance within a point); the correct head gets no
+finding beyond the info that one group is undecided (the drafts do not depend on it), as Qwen's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import pytest
+
+from mtpforge.inspect import inspect_checkpoint
+from mtpforge.pipeline import add_mtp
+from mtpforge.repair import repair_norms
+from mtpforge.verify import verify
+from tests.checkers import folder_state, rewrite
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "tests" / "data" / "tiny-glm4_moe-trained"
+HEAD = "mtp.safetensors"
+ALL = ("enorm.weight", "hnorm.weight", "shared_head.norm.weight", "input_layernorm.weight",
+       "post_attention_layernorm.weight")
+#: what a buggy tool did -> the code inspect must give
+CASES = {
+    "all norms +1": (ALL, "MTP_NORMS_SHIFTED", "shifted"),
+    "enorm +1": (("enorm.weight",), "MTP_NORMS_MIXED", "mixed"),
+    "input_layernorm +1": (("input_layernorm.weight",), "MTP_NORMS_MIXED", "mixed"),
+}
+#: findings that are no defect: a group the drafts do not depend on is said undecided (info)
+QUIET = {"NORM_CONVENTION_PARTIAL"}
+#: a repaired head drafts within a point of the correct one
+POINT = 0.01
+
+
+def shift(folder: Path, groups: tuple[str, ...]) -> None:
+    """+1 on the head's norms of ``groups`` (stored in the sidecar as the release names them)."""
+    def fn(t: dict[str, mx.array]) -> dict[str, mx.array]:
+        return {k: ((v.astype(mx.float32) + 1).astype(v.dtype) if any(k.endswith("." + g) for g in groups) else v)
+                for k, v in t.items()}
+
+    rewrite(folder / HEAD, fn)
+
+
+def acceptance(folder: Path) -> float:
+    r = verify(str(folder), generate=True, progress=False)
+    assert r["identical"], r
+    return float(r["acceptance"])
+
+
+@pytest.fixture(scope="module")
+def glm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The correct head as another tool leaves it, and its acceptance."""
+    from tests.support.synth import convert_to_mlx
+
+    root = tmp_path_factory.mktemp("glm-norm-truth")
+    t = convert_to_mlx(MODEL, root / "glm-4bit", q_bits=4, q_group_size=32, dtype="float32")
+    add_mtp(source=str(MODEL), target=str(t), progress=False)
+    (t / "mtpforge.json").unlink()
+    (t / "README.md").unlink()
+    return {"root": root, "ok": t, "acceptance": acceptance(t)}
+
+
+def _codes(r: dict[str, Any]) -> set[str]:
+    return {f["code"] for f in r["findings"]} - QUIET
+
+
+def test_a_correct_head_is_measured_raw_with_no_finding(glm, tmp_path: Path) -> None:
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / "ok"))
+    r = inspect_checkpoint(str(tgt))
+    assert _codes(r) == set() and r["exit_code"] == 0, r["findings"]
+    assert (r["norm_convention"], r["norm_convention_from"], r["norm_convention_basis"]) == ("raw", "behaviour", "measured")
+    assert r["norm_behaviour"]["informative"] and set(r["norm_behaviour"]["groups"]) == set(ALL)
+    before = folder_state(tgt)
+    assert repair_norms(str(tgt), progress=False)["status"] == "nothing-to-repair"
+    assert folder_state(tgt) == before
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_shifted_head_is_found_offline_and_repaired(glm, tmp_path: Path, case: str) -> None:
+    groups, code, conv = CASES[case]
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / "broken"))
+    shift(tgt, groups)
+    r = inspect_checkpoint(str(tgt))
+    assert _codes(r) == {code} and r["exit_code"] == 1, r["findings"]
+    assert (r["norm_convention"], r["norm_convention_basis"]) == (conv, "measured")
+    before = acceptance(tgt)
+
+    rep = repair_norms(str(tgt), progress=False)
+    assert rep["status"] == "repaired" and rep["evidence"] == "behaviour"
+    assert set(rep["changed_norms"]) == {f"model.layers.2.{g}" for g in groups if g != "post_attention_layernorm.weight"} \
+        or set(rep["changed_norms"]) == {f"model.layers.2.{g}" for g in groups}, rep["changed_norms"]
+    assert set(rep["changed_norms"].values()) == {"-1"}
+    after = inspect_checkpoint(str(tgt))
+    assert (after["norm_convention"], after["norm_convention_from"], after["exit_code"]) == ("raw", "manifest", 0)
+    assert json.loads((tgt / "mtpforge.json").read_text())["norm_convention"] == "raw"
+    got = acceptance(tgt)
+    print(f"[norm-truth] glm4_moe {case}: {code}; acceptance correct {glm['acceptance']:.3f}, "
+          f"broken {before:.3f}, repaired {got:.3f}")
+    assert got >= glm["acceptance"] - POINT, (got, glm["acceptance"])
+    assert before < glm["acceptance"] - POINT, "the defect must cost acceptance, or this case tests nothing"
+
+
+def test_an_old_manifest_saying_shifted_for_glm_is_read_as_what_mtpforge_wrote(glm, tmp_path: Path) -> None:
+    """mtpforge wrote GLM's norms as stored and its older manifests still said "shifted": hashes
+    that match are a record of raw norms, not of a +1 (no MTP_NORMS_SHIFTED on a correct head)."""
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / "old"))
+    add_mtp(source=str(MODEL), target=str(tgt), force=True, progress=False)
+    m = json.loads((tgt / "mtpforge.json").read_text())
+    m["norm_convention"] = "shifted"
+    (tgt / "mtpforge.json").write_text(json.dumps(m))
+    r = inspect_checkpoint(str(tgt), behaviour=False)
+    assert (r["norm_convention"], r["norm_convention_from"], r["norm_convention_basis"]) == ("raw", "manifest", "recorded")
+    assert _codes(r) == set(), r["findings"]
+
+
+def test_the_cli_says_how_the_convention_is_known(glm, tmp_path: Path) -> None:
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / "cli"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    p = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(tgt)], cwd=ROOT, capture_output=True,
+                       text=True, env=env)
+    assert "raw (measured: behaviour)" in p.stdout and "(from family)" not in p.stdout, p.stdout
+
+
+# ----------------------------------------------------------------------------- dead heads
+
+
+def requantize(folder: Path, bits: int, *, redraw: bool = False, group: int = 32) -> None:
+    """The sidecar's matrices (the router aside, which MLX keeps unquantized in this head) stored
+    at ``bits`` as another tool would; ``redraw``: values redrawn at each matrix's own scale
+    first (a head of the right shape that never learnt this backbone)."""
+    key = mx.random.key(0)
+
+    def fn(t: dict[str, mx.array]) -> dict[str, mx.array]:
+        nonlocal key
+        out: dict[str, mx.array] = {}
+        for k, v in t.items():
+            if not (k.endswith(".weight") and v.ndim >= 2 and ".mlp.gate." not in k):
+                out[k] = v
+                continue
+            x = v.astype(mx.float32)
+            if redraw:
+                key, sub = mx.random.split(key)
+                x = mx.random.normal(x.shape, key=sub) * mx.sqrt(mx.mean(x * x))
+            w, s, b = mx.quantize(x, group_size=min(group, x.shape[-1]), bits=bits)
+            out[k], out[k[: -len("weight")] + "scales"], out[k[: -len("weight")] + "biases"] = w, s.astype(v.dtype), b.astype(v.dtype)
+        return out
+
+    rewrite(folder / HEAD, fn)
+
+
+def test_a_dead_head_is_reported_with_its_figure_and_causes(glm, tmp_path: Path) -> None:
+    """A 2-bit head that drafts nothing its backbone would say: MTP_HEAD_DEAD with the measured
+    agreement and the causes most likely first (precision, norms, hidden state)."""
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / "dead"))
+    requantize(tgt, 2, redraw=True)
+    r = inspect_checkpoint(str(tgt))
+    dead = [f for f in r["findings"] if f["code"] == "MTP_HEAD_DEAD"]
+    assert dead and dead[0]["severity"] == "warning", r["findings"]
+    d = r["dead_head"]
+    assert d["agreement"] < 0.1 and d["positions"] >= 200, d
+    assert f"{d['agreement']:.1%}" in dead[0]["message"]
+    order = [dead[0]["message"].index(w) for w in ("(1) precision: the head's matrices are 2-bit", "(2) norms", "(3) hidden state")]
+    assert order == sorted(order), dead[0]["message"]
+    assert "--precision 8" in dead[0]["fix"]
+    print(f"[dead-head] glm4_moe redrawn 2-bit head: agreement {d['agreement']:.3f}, best norms {d['best_norms']:.3f}")
+
+
+@pytest.mark.parametrize("bits", [2, 1])
+def test_a_low_bit_head_that_still_drafts_is_not_called_dead(glm, tmp_path: Path, bits: int) -> None:
+    """The trained tiny GLM head quantized to 2 bits still agrees with its backbone on most
+    positions (its figure is reported): a precision that costs acceptance is not a dead head."""
+    tgt = Path(shutil.copytree(glm["ok"], tmp_path / f"q{bits}"))
+    requantize(tgt, bits, group=128)
+    r = inspect_checkpoint(str(tgt))
+    ag = r["norm_behaviour"]["agreement"]
+    print(f"[dead-head] glm4_moe trained head at {bits} bits (group 128): agreement {ag}")
+    assert "MTP_HEAD_DEAD" not in {f["code"] for f in r["findings"]} and ag["as_stored"] > 0.2, ag
