@@ -131,25 +131,74 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
         kinds[name] = right if abs(d) < 0.05 else "off-by-one" if abs(abs(d) - 1) < 0.05 else "other"
         if kinds[name] == "off-by-one":
             kinds[name] = ("raw" if d < 0 else "double-shifted") if spec.norm_offset else "shifted"
+    if not kinds:
+        return "unknown", "source", []
+    conv, out = _judged(kinds, right, spec.name)
+    return conv, "source", out
+
+
+def _judged(kinds: dict[str, str], right: str, family: str) -> tuple[str, list[Finding]]:
+    """One convention for the head from per-norm verdicts, and the finding a wrong one gets."""
     found = set(kinds.values())
     out: list[Finding] = []
-    if not found or found == {right}:
-        return (right if found else "unknown"), "source", out
+    if found == {right}:
+        return right, out
     fix = "re-write the head with mtpforge add-mtp --force"
     if found == {"raw"}:
         out.append(finding("MTP_NORMS_RAW", "the MTP norms are the raw zero-centred source values; llama.cpp expects them +1", fix))
-        return "raw", "source", out
+        return "raw", out
     if found == {"double-shifted"}:
         out.append(finding("MTP_NORMS_DOUBLE_SHIFTED", "the MTP norms are shifted +2 instead of +1 (acceptance halves)", fix))
-        return "double-shifted", "source", out
+        return "double-shifted", out
     if found == {"shifted"}:
-        out.append(finding("MTP_NORMS_SHIFTED", f"the MTP norms are shifted +1, but {spec.name}'s norms are raw "
+        out.append(finding("MTP_NORMS_SHIFTED", f"the MTP norms are shifted +1, but {family}'s norms are raw "
                                                 "(llama.cpp multiplies by them as stored)", fix))
-        return "shifted", "source", out
+        return "shifted", out
     bad = sorted(n for n, k in kinds.items() if k != right)
     out.append(finding("MTP_NORMS_MIXED", f"some MTP norms are not as llama.cpp's converter writes them ({right}): "
                                           f"{', '.join(bad[:3])}", fix))
-    return "mixed", "source", out
+    return "mixed", out
+
+
+#: a head norm is told by the trunk's norms of its kind only when its mean lies within this of
+#: exactly one convention's level (checks/norms.classify_by_backbone, the MLX backbone's rule)
+TRUNK_MARGIN = 0.35
+#: trunk blocks read per kind (a few show a kind's level)
+TRUNK_REFS = 8
+
+
+def _norms_from_trunk(head: GgufFile, trunk: GgufFile, family: str) -> tuple[str, str, list[Finding]]:
+    """Without --source or a record: each head norm whose kind the trunk's own blocks also carry
+    (``attn_norm``, ``ffn_norm``, ``attn_q_norm`` ...) against the mean of those, which llama.cpp's
+    converter wrote with the same offset; a norm is decided only when one level fits (the head's
+    own ``nextn.*`` norms have no kin: they stay undecided). ("unknown", "none") when nothing is
+    decided: the table says "undecided", never the family's convention as if measured."""
+    spec = FAMILIES[family]
+    blocks = _mtp_blocks(head)
+    if not blocks or trunk.path is None:
+        return "unknown", "none", []
+    right = "shifted" if spec.norm_offset else "raw"
+    above = "double-shifted" if spec.norm_offset else "shifted"  # one more +1 than llama.cpp writes
+    below = "raw" if spec.norm_offset else None
+    own = range(trunk.block_count - (trunk.nextn_layers if trunk is head else 0))
+    kinds: dict[str, str] = {}
+    for name in norm_sources(spec, blocks[0], len(blocks)):
+        if name not in head.tensors or ".nextn." in name:
+            continue
+        kind = name.split(".", 2)[2]
+        refs = [t for i in own if (t := trunk.tensors.get(f"blk.{i}.{kind}")) is not None][:TRUNK_REFS]
+        if not refs:
+            continue
+        level = float(np.mean([np.mean(tensor_array(trunk, t)) for t in refs]))
+        d = float(np.mean(tensor_array(head, head.tensors[name]))) - level
+        fits = [o for o in (-1, 0, 1) if abs(d - o) < TRUNK_MARGIN]
+        verdict = {0: right, 1: above, -1: below}.get(fits[0]) if len(fits) == 1 else None
+        if verdict is not None:
+            kinds[name] = verdict
+    if not kinds:
+        return "unknown", "none", []
+    conv, out = _judged(kinds, right, spec.name)
+    return conv, "trunk", out
 
 
 def _manifest(p: Path) -> GgufManifestFile | None:
@@ -226,7 +275,11 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
             findings += nf
         else:
             m = _manifest(head.path) if head.path else None
-            conv, conv_from = (m.norm_convention or "shifted", "manifest") if m else ("unknown", "none")
+            if m:
+                conv, conv_from = m.norm_convention or "shifted", "manifest"
+            else:
+                conv, conv_from, nf = _norms_from_trunk(head, g, family)
+                findings += nf
     report: dict[str, Any] = {
         "target": target, "format": "gguf", "architecture": g.arch, "family": family, "layout": layout,
         "config_mtp_layers": (head or g).nextn_layers, "block_count": g.block_count,
