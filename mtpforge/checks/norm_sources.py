@@ -90,6 +90,10 @@ def from_behaviour(folder: Any, layout: str, values: dict[str, mx.array], notes:
     # the head's label stands on the whole-head margin; only a group the backbone re-told changes it
     told = {v for v in verdicts.values() if v != "unknown"}
     conv = res.convention if not overridden else (told.pop() if len(told) == 1 else ("mixed" if told else "unknown"))
+    if conv == "mixed" and len(told) == 1:
+        # the groups that made the head mixed were too weak to stand on the drafts and the
+        # backbone did not tell them: what is decided is one convention (the rest undecided)
+        conv = told.pop()
     return NormAnswer(conv, "behaviour", verdicts, evidence, extra)
 
 
