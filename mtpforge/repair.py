@@ -105,6 +105,8 @@ def repair_norms(
                            f"run `mtpforge inspect {target}` to see what the folder needs")
     _read_old_manifest(folder)  # a record that cannot be kept is refused before any work
     prog = Progress(enabled=progress)
+    if not spec.norm_roles:
+        return _no_convention(folder, loc.layout, family, dry_run, prog)
     norms = {k: i for k, i in loc.entries.items() if is_norm_key(k)}
     report: dict[str, Any] = {"target": str(folder), "layout": loc.layout, "family": family, "dry_run": dry_run}
     per_key = _offsets(folder, cat, source, revision, loc.stored_keys, norms, report, prog)
@@ -130,6 +132,18 @@ def repair_norms(
     report.update(status="repaired", copy=copies)
     prog.done(f"repaired {len(per_key)} norm tensors of {folder}")
     return report
+
+
+def _no_convention(folder: Path, layout: str, family: str, dry_run: bool, prog: Progress) -> dict[str, Any]:
+    """A family whose release stores no zero-centred norm (GLM, Nemotron-H): MLX reads the norms
+    as stored, so a head has no convention that could be wrong, and the behaviour probe has no
+    norm group to move. Nothing to repair, said as such (it stopped with an internal error)."""
+    note = (f"{family} stores no zero-centred norm: MLX runtimes read its head's norms as the release stores them "
+            "(no offset), so there is no norm convention to repair; `mtpforge verify` checks the head's drafts")
+    prog.done(f"nothing to repair: {note}")
+    return {"target": str(folder), "layout": layout, "family": family, "dry_run": dry_run,
+            "status": "nothing-to-repair", "changed_norms": {}, "files_written": [], "bytes_rewritten": 0,
+            "evidence": "family", "notes": [note]}
 
 
 def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, stored_keys: dict[str, str],
