@@ -75,3 +75,52 @@ def test_repair_norms_on_a_head_add_mtp_wrote_has_nothing_to_repair(fam, family:
         rep = json.loads(r.stdout)
         assert rep["status"] == "nothing-to-repair" and rep["files_written"] == [] and rep["evidence"] == "family"
         assert folder_state(tgt) == before
+
+
+# ----------------------------------------------------------------------------- remove-mtp
+
+def _mlx_cases() -> list[tuple[str, str]]:
+    from mtpforge.families import FAMILIES
+
+    return [(f, layout) for f in ("qwen3_5", *NEW_FAMILIES) for layout in FAMILIES[f].layouts]
+
+
+def _mlx_pair(fam, synth, family: str) -> tuple[Path, Path]:
+    return (synth.hf("qwen3_5"), synth.target("qwen3_5")) if family == "qwen3_5" else fam[family]
+
+
+@pytest.mark.parametrize("family,layout", _mlx_cases(), ids=lambda v: str(v))
+def test_remove_mtp_after_add_mtp_restores_every_mlx_layout_byte_for_byte(fam, synth, family: str, layout: str,
+                                                                          tmp_path: Path) -> None:
+    """remove-mtp undoes every add-mtp of every family and layout, the card included; a GLM head
+    (a NextN layer under ``model.layers.{N}.``, no ``mtp`` in its keys) was refused as "not the
+    MTP head"."""
+    src, mlx = _mlx_pair(fam, synth, family)
+    tgt = _copy(mlx, tmp_path / "m")
+    pristine = folder_state(tmp_path)
+    add = run_cli(["add-mtp", "--source", str(src), "--target", str(tgt), "--layout", layout, "--json"])
+    assert add.returncode == 0, add.stderr
+    head_folder = Path(json.loads(add.stdout)["manifest"]).parent
+    assert folder_state(tmp_path) != pristine
+    r = run_cli(["remove-mtp", str(head_folder), "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
+    assert folder_state(tmp_path) == pristine
+
+
+def test_a_nextn_record_cannot_make_a_backbone_layer_count_as_the_head(fam, tmp_path: Path) -> None:
+    """The NextN prefix comes from the folder's config (N = its layer count), not from the record:
+    a sidecar whose tensors are renamed to a backbone layer, hashes rewritten to match, is refused."""
+    import hashlib
+
+    from tests.checkers import rewrite
+
+    src, mlx = fam["glm4_moe"]
+    tgt = _copy(mlx, tmp_path / "m")
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(tgt)]).returncode == 0
+    rewrite(tgt / "mtp.safetensors", lambda t: {k.replace("model.layers.2.", "model.layers.1."): v for k, v in t.items()})
+    man = json.loads((tgt / "mtpforge.json").read_text())
+    man["file_sha256"]["mtp.safetensors"] = hashlib.sha256((tgt / "mtp.safetensors").read_bytes()).hexdigest()
+    (tgt / "mtpforge.json").write_text(json.dumps(man))
+    before = folder_state(tgt)
+    one_line(run_cli(["remove-mtp", str(tgt)]), 1, "not the MTP head")
+    assert folder_state(tgt) == before
