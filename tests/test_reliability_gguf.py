@@ -124,3 +124,73 @@ def test_a_nextn_record_cannot_make_a_backbone_layer_count_as_the_head(fam, tmp_
     before = folder_state(tgt)
     one_line(run_cli(["remove-mtp", str(tgt)]), 1, "not the MTP head")
     assert folder_state(tgt) == before
+
+
+GGUF_PRE = {"glm4_moe": "glm4", "glm4_moe_lite": "glm4", "nemotron_h": "qwen35"}
+
+
+def _gguf_trunk(fam, synth, family: str, dst: Path) -> tuple[Path, Path]:
+    """(source, a trunk of it in ``dst``): Qwen3.5's written with gguf-py, the other families' by
+    llama.cpp's converter (skipped until it is built)."""
+    if family == "qwen3_5":
+        from tests.support.synth.gguf_trunk import synthetic_trunk
+
+        src = synth.hf("qwen3_5")
+        return src, synthetic_trunk(src, dst / "trunk.gguf")
+    from tests import gguf_env
+
+    src = fam[family][0]
+    return src, gguf_env.trunk_copy(src, dst, pre=GGUF_PRE[family], name="trunk.gguf")
+
+
+GGUF_CASES = [(f, layout, card) for f in ("qwen3_5", *NEW_FAMILIES) for layout in ("gguf-mtp", "gguf-tail")
+              for card in ("no-card", "card")]
+
+
+@pytest.mark.parametrize("family,layout,card", GGUF_CASES, ids=lambda v: str(v))
+def test_remove_mtp_after_add_mtp_restores_a_gguf_folder_byte_for_byte(fam, synth, family: str, layout: str, card: str,
+                                                                       tmp_path: Path) -> None:
+    """remove-mtp TRUNK.gguf takes back the sibling head, its record and the card's section
+    (it said the trunk is not a folder); a gguf-tail output is removed by naming it. The folder is
+    then byte for byte as before, a card that existed included."""
+    src, trunk = _gguf_trunk(fam, synth, family, tmp_path / "repo")
+    if card == "card":
+        (trunk.parent / "README.md").write_text("---\nlicense: apache-2.0\n---\n# my model\n")
+    args = ["add-mtp", "--source", str(src), "--target", str(trunk), "--json"]
+    if layout == "gguf-tail":
+        (tmp_path / "tail").mkdir()
+        args += ["--layout", "gguf-tail", "--output", str(tmp_path / "tail" / "t.gguf")]
+    pristine = folder_state(tmp_path)
+    add = run_cli(args)
+    assert add.returncode == 0, add.stderr
+    assert folder_state(tmp_path) != pristine
+    undo = str(tmp_path / "tail" / "t.gguf") if layout == "gguf-tail" else str(trunk)
+    r = run_cli(["remove-mtp", undo, "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
+    assert folder_state(tmp_path) == pristine
+    # nothing left to undo: one line, exit 1, nothing changed
+    one_line(run_cli(["remove-mtp", str(trunk)]), 1, "no head recorded by mtpforge")
+    assert folder_state(tmp_path) == pristine
+
+
+def test_remove_mtp_gguf_refuses_a_head_changed_since_and_keeps_later_card_edits(synth, tmp_path: Path) -> None:
+    """Only what the record proves is undone: a head whose bytes changed is refused with nothing
+    changed; a card edited outside the section keeps the edit and loses only the section."""
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(src, tmp_path / "trunk.gguf")
+    add = run_cli(["add-mtp", "--source", str(src), "--target", str(trunk), "--json"])
+    assert add.returncode == 0, add.stderr
+    head = Path(json.loads(add.stdout)["output"])
+    data = head.read_bytes()
+    head.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    before = folder_state(tmp_path)
+    one_line(run_cli(["remove-mtp", str(trunk)]), 1, "its bytes changed since")
+    assert folder_state(tmp_path) == before
+    head.write_bytes(data)
+    card = tmp_path / "README.md"
+    card.write_text("my own words\n" + card.read_text())
+    r = run_cli(["remove-mtp", str(trunk), "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["kept_edits"] == ["README.md"], r.stderr
+    assert card.read_text() == "my own words\n" and sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "trunk.gguf"]
