@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, RefusedError
+from ..layouts.gguf import GGUF_LAYOUTS
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..manifest import UntrustedManifest, _link_allowed
 from ..model_card import CARD, find, section_sha, take_out, write_atomic
@@ -55,7 +56,8 @@ def heads_of(target: Path) -> list[Path]:
         m, _ = read_gguf_manifest(rec)
         # a trunk's heads are its gguf-mtp siblings; a gguf-tail output is a model of its own,
         # removed when named (or with its folder)
-        if m is not None and getattr(m, "layout", None) == "gguf-mtp" and trunk in gguf_trunk_files(m):
+        row = GGUF_LAYOUTS.get(str(getattr(m, "layout", "")))
+        if m is not None and row is not None and row.beside_trunk and trunk in gguf_trunk_files(m):
             out.append(head)
     return out
 
