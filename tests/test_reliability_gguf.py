@@ -194,3 +194,102 @@ def test_remove_mtp_gguf_refuses_a_head_changed_since_and_keeps_later_card_edits
     r = run_cli(["remove-mtp", str(trunk), "--json"])
     assert r.returncode == 0 and json.loads(r.stdout)["kept_edits"] == ["README.md"], r.stderr
     assert card.read_text() == "my own words\n" and sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "trunk.gguf"]
+
+
+# ----------------------------------------------------------------------------- hostile GGUF headers
+
+def _s(b: bytes) -> bytes:
+    import struct
+
+    return struct.pack("<Q", len(b)) + b
+
+
+def _header(n_tensors: int, kvs: bytes, n_kv: int, tensors: bytes = b"", pad: int = 164) -> bytes:
+    import struct
+
+    h = b"GGUF" + struct.pack("<I", 3) + struct.pack("<QQ", n_tensors, n_kv)
+    h += _s(b"general.architecture") + struct.pack("<I", 8) + _s(b"qwen35") + kvs + tensors
+    return h + b"\0" * max(0, pad - len(h))
+
+
+def _kv_array(et: int, count: int, key: bytes = b"tokenizer.ggml.tokens") -> bytes:
+    import struct
+
+    return _s(key) + struct.pack("<I", 9) + struct.pack("<IQ", et, count)
+
+
+def _hostile_headers() -> dict[str, bytes]:
+    """GGUF headers that declare what they do not hold: counts and lengths up to 2^64 - 1."""
+    import struct
+
+    big = (2**31, 2**40, 2**62, 2**63, 2**64 - 1)
+    out: dict[str, bytes] = {}
+    for n in big:
+        out[f"uint8-array-{n}"] = _header(0, _kv_array(0, n), 2)
+        out[f"uint64-array-{n}"] = _header(0, _kv_array(10, n), 2)
+        out[f"string-array-{n}"] = _header(0, _kv_array(8, n), 2)
+        out[f"string-value-{n}"] = _header(0, _s(b"general.name") + struct.pack("<I", 8) + struct.pack("<Q", n), 2)
+        out[f"key-length-{n}"] = _header(0, struct.pack("<Q", n), 2)
+        out[f"tensor-count-{n}"] = _header(n, b"", 1)
+        out[f"kv-count-{n}"] = _header(0, b"", n)
+        out[f"tensor-name-{n}"] = _header(1, b"", 1, struct.pack("<Q", n))
+    out["tensor-dims-2^32-1"] = _header(1, b"", 1, _s(b"token_embd.weight") + struct.pack("<I", 2**32 - 1))
+    out["array-past-the-end"] = _header(0, _kv_array(4, 1 << 20), 2)
+    out["array-of-arrays"] = _header(0, _kv_array(9, 4), 2)
+    out["unknown-value-type"] = _header(0, _s(b"general.x") + struct.pack("<I", 2**31), 2)
+    out["truncated"] = _header(0, _kv_array(0, 1000), 2, pad=0)
+    out["empty"] = b""
+    out["magic-only"] = b"GGUF"
+    return out
+
+
+HOSTILE = _hostile_headers()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_gguf_header_is_refused_fast_without_allocating(name: str, tmp_path: Path) -> None:
+    """The local reader walks the header as the Hub reader does, every count and length held to a
+    per-value limit and to the file's size before gguf-py allocates what it declares (a 164-byte
+    file declaring 2^62 UINT8 grew inspect past 9 GB)."""
+    import time
+    import tracemalloc
+
+    from mtpforge.errors import CorruptFileError
+    from mtpforge.gguf.gguffile import read_local
+
+    p = tmp_path / "x.gguf"
+    p.write_bytes(HOSTILE[name])
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(CorruptFileError) as e:
+            read_local(p)
+        took = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "\n" not in e.value.message and "x.gguf" in e.value.message and e.value.fix
+    assert took < 2.0 and peak < 16 << 20, (took, peak)
+
+
+@pytest.mark.parametrize("name", ["uint8-array-4611686018427387904", "string-array-9223372036854775808",
+                                  "tensor-dims-2^32-1"])
+def test_a_hostile_gguf_is_one_line_as_target_and_a_finding_as_a_sibling(name: str, synth, tmp_path: Path) -> None:
+    """Through the CLI: inspect and add-mtp on the file say so in one line (exit 2, nothing
+    written); planted as an ``mtp-*.gguf`` beside a good trunk, inspect of the trunk reports it as
+    a CORRUPT_FILE finding (it hung)."""
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    bad = tmp_path / "bad" / "x.gguf"
+    bad.parent.mkdir()
+    bad.write_bytes(HOSTILE[name])
+    before = folder_state(tmp_path)
+    one_line(run_cli(["inspect", str(bad)], timeout=60), 2, "not a readable GGUF")
+    one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(bad)], timeout=60), 2,
+             "not a readable GGUF")
+    assert folder_state(tmp_path) == before
+    trunk = synthetic_trunk(synth.hf("qwen3_5"), tmp_path / "good" / "trunk.gguf")
+    (trunk.parent / "mtp-planted.gguf").write_bytes(HOSTILE[name])
+    r = run_cli(["inspect", str(trunk), "--json"], timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "CORRUPT_FILE" in {f["code"] for f in json.loads(r.stdout)["findings"]}
