@@ -293,3 +293,141 @@ def test_a_hostile_gguf_is_one_line_as_target_and_a_finding_as_a_sibling(name: s
     r = run_cli(["inspect", str(trunk), "--json"], timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "CORRUPT_FILE" in {f["code"] for f in json.loads(r.stdout)["findings"]}
+
+
+# ----------------------------------------------------------------------------- GGUF commit order, sweep, lock
+
+#: runs the CLI, SIGKILLing itself at the Nth rename (or fsync) in the folder given: a kill at
+#: every stage of the GGUF write, through the operating system's calls only (nothing of mtpforge's
+#: is replaced)
+_KILLER = r"""
+import os, signal, sys
+folder, what, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen = [0]
+real = getattr(os, what)
+def hit(*a, **k):
+    target = a[1] if what == "replace" else None
+    if what == "fsync" or os.path.dirname(os.path.abspath(target)) == folder:
+        seen[0] += 1
+        if seen[0] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(*a, **k)
+setattr(os, what, hit)
+sys.argv = ["mtpforge", *sys.argv[4:]]
+from mtpforge.cli import main
+main()
+"""
+
+
+def _gguf_state(folder: Path) -> dict[str, str]:
+    """Names -> sha256 of every file in the folder (temporary files included)."""
+    return folder_state(folder)
+
+
+def _consistent(folder: Path) -> None:
+    """No record without the head it describes, no card section without a record."""
+    import hashlib
+
+    records = sorted(folder.glob("*.gguf.mtpforge.json"))
+    for rec in records:
+        head = rec.with_name(rec.name[: -len(".mtpforge.json")])
+        assert head.is_file(), f"{rec.name} records a head that does not exist"
+        assert hashlib.sha256(head.read_bytes()).hexdigest() == json.loads(rec.read_text())["file_sha256"]
+    card = folder / "README.md"
+    if card.is_file() and "mtpforge:mtp-head" in card.read_text():
+        assert records, "the card has a section no record vouches for"
+
+
+@pytest.fixture(scope="module")
+def gguf_reference(synth, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """(source, a pristine trunk folder, the folder's state after one clean add-mtp)."""
+    import shutil
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    root = tmp_path_factory.mktemp("gguf-ref")
+    src = synth.hf("qwen3_5")
+    pristine = synthetic_trunk(src, root / "pristine" / "trunk.gguf").parent
+    done = root / "done"
+    shutil.copytree(pristine, done)
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(done / "trunk.gguf")]).returncode == 0
+    return src, pristine, _gguf_state(done)
+
+
+@pytest.mark.parametrize("stage", [("fsync", 1), ("replace", 1), ("replace", 2), ("replace", 3)],
+                         ids=["writing-the-head", "renaming-the-head", "renaming-the-record", "renaming-the-card"])
+def test_a_kill_at_every_stage_of_the_gguf_write_leaves_no_record_without_its_head(gguf_reference, stage,
+                                                                                   tmp_path: Path) -> None:
+    """The head is renamed in first, then its record, then the card (a record and a card section
+    were written before the head and outlived a kill in 6 of 11 runs); the next run sweeps every
+    temporary file the killed one left (the card's and the record's too) and ends exactly as a
+    clean run does."""
+    import shutil
+    import sys
+
+    src, pristine, want = gguf_reference
+    folder = tmp_path / "g"
+    shutil.copytree(pristine, folder)
+    what, nth = stage
+    killed = subprocess.run([sys.executable, "-c", _KILLER, str(folder), what, str(nth), "add-mtp", "--source", str(src),
+                             "--target", str(folder / "trunk.gguf")], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    _consistent(folder)
+    again = run_cli(["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf"), "--json"])
+    assert again.returncode == 0, again.stderr
+    assert _gguf_state(folder) == want
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+def test_leftover_temporary_files_of_a_killed_run_are_swept(gguf_reference, tmp_path: Path) -> None:
+    """Temporary files of the head, its record and the card (named as a killed run leaves them)
+    are removed by the next run in the folder, remove-mtp included; a staged record whose head
+    is in place is renamed in, so the head stays removable."""
+    import shutil
+
+    src, pristine, want = gguf_reference
+    folder = tmp_path / "g"
+    shutil.copytree(pristine, folder)
+    junk = [".mtp-Tiny-Qwen3_5-F16.gguf.mtpforge-tmp-999999-deadbeef", ".mtpforge-abc123.md.tmp",
+            ".mtp-Tiny-Qwen3_5-F16.gguf.mtpforge.json.tmp-999999",
+            ".mtp-Tiny-Qwen3_5-BF16.gguf.mtpforge.json.mtpforge-tmp-999999-cafe0000"]
+    for n in junk:
+        (folder / n).write_text("{}")
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf")]).returncode == 0
+    assert _gguf_state(folder) == want
+    for n in junk:
+        (folder / n).write_text("{}")
+    assert run_cli(["remove-mtp", str(folder / "trunk.gguf")]).returncode == 0
+    assert _gguf_state(folder) == _gguf_state(pristine)
+
+
+def test_two_add_mtp_runs_on_one_trunk_at_once_the_second_is_busy(gguf_reference, tmp_path: Path) -> None:
+    """One lock per GGUF target folder (the head, its record and the card live there): a second
+    run while the first holds it is refused with BUSY, exit 1, in one line, and touches nothing
+    (it died with an internal error, or one head's record named a card section the other
+    overwrote). Held from the first read of the folder to the last write."""
+    import shutil
+    import sys
+
+    src, pristine, want = gguf_reference
+    folder = tmp_path / "g"
+    shutil.copytree(pristine, folder)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from mtpforge.writer.lock import folder_lock\n"
+                               "with folder_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)",
+                               str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = _gguf_state(folder)
+        for args in (["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf"), "--json"],
+                     ["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf"), "--precision", "q8_0",
+                      "--json"]):
+            r = run_cli(args)
+            one_line(r, 1, "another mtpforge run is changing")
+            assert json.loads(r.stdout)["error"]["code"] == "BUSY"
+        assert _gguf_state(folder) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf")]).returncode == 0
+    assert _gguf_state(folder) == want

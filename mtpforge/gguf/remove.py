@@ -25,6 +25,7 @@ from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf
 from ..manifest import UntrustedManifest, _link_allowed
 from ..model_card import CARD, find, section_sha, take_out, write_atomic
 from ..writer.lock import folder_lock
+from .commit import sweep_leftovers
 from .write import file_sha256
 
 MANIFEST_SUFFIX = ".mtpforge.json"
@@ -134,6 +135,7 @@ def remove_mtp_gguf(target: str, *, progress: bool = True) -> dict[str, Any]:
     path = Path(target).expanduser()
     folder = path if path.is_dir() else path.parent
     with folder_lock(folder):
+        sweep_leftovers(folder)  # a killed add-mtp's records rolled forward first: they are undone too
         heads = heads_of(path)
         if not heads:
             raise RefusedError(f"{target} has no head recorded by mtpforge (no *.gguf{MANIFEST_SUFFIX} names it)",
