@@ -331,12 +331,27 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
     finally:
         for tmp in staged:
             tmp.unlink(missing_ok=True)
-    if card is not None:
-        write_atomic(dest.parent / CARD, card)
+    if card is not None and not _card_written(dest.parent / CARD, card):
+        card, note = None, (f"the head and its record are written, but {CARD} could not be (the disk is full): "
+                            f"run the same add-mtp again once there is room to add its section")
     g.report.update(status="written", files_written=[str(dest), str(manifest_path(dest))]
                     + ([str(dest.parent / CARD)] if card is not None else []))
     g.report["notes"] += [note] if note else []
     prog.done(f"wrote {dest} — run: {g.report['run']}")
+
+
+def _card_written(p: Path, card: bytes) -> bool:
+    """Write the card; False when the disk is full (the head and its record are in place by then:
+    the card is the one part left, and a re-run finishes it, see :func:`_finish_card`)."""
+    import errno
+
+    try:
+        write_atomic(p, card)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        return False
+    return True
 
 
 def _finish_card(g: GgufAddPlan) -> list[str]:
