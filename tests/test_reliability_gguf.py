@@ -431,3 +431,59 @@ def test_two_add_mtp_runs_on_one_trunk_at_once_the_second_is_busy(gguf_reference
         holder.wait()
     assert run_cli(["add-mtp", "--source", str(src), "--target", str(folder / "trunk.gguf")]).returncode == 0
     assert _gguf_state(folder) == want
+
+
+# ----------------------------------------------------------------------------- full disks, modes
+
+@pytest.mark.parametrize("how", ["enospc", "efbig"])
+def test_a_full_disk_while_writing_the_gguf_head_is_no_space_and_leaves_nothing(synth, how: str, tmp_path: Path) -> None:
+    """A real ENOSPC (a tmpfs with room for less than the head; skipped where one cannot be
+    mounted) and EFBIG (RLIMIT_FSIZE): NO_SPACE, exit 1, one line, the folder as it was, no
+    temporary head left (it was `internal error: OSError`, exit 2, and the temporary file stayed:
+    the writer's close raised again before the unlink)."""
+    import os
+    import resource
+    import sys
+
+    from tests.crash_harness import cli_env
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    folder = tmp_path / "g"
+    folder.mkdir()
+    pre = None
+    if how == "enospc":
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(folder)],
+                                               capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
+    else:
+        def pre() -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (600 << 10, 600 << 10))
+    try:
+        trunk = synthetic_trunk(src, folder / "trunk.gguf")
+        before = folder_state(folder)
+        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(src), "--target", str(trunk),
+                            "--json"], capture_output=True, text=True, env=cli_env(), timeout=300, preexec_fn=pre)
+        one_line(r, 1, "nothing was changed")
+        assert json.loads(r.stdout)["error"]["code"] == "NO_SPACE"
+        assert folder_state(folder) == before and sorted(p.name for p in folder.iterdir()) == ["trunk.gguf"]
+    finally:
+        if how == "enospc":
+            subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_a_card_add_mtp_creates_beside_a_trunk_gets_a_new_files_mode(synth, tmp_path: Path) -> None:
+    """README.md created beside a trunk is 0644 under umask 022 (it was 0600, mkstemp's mode)."""
+    import os
+    import stat
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(src, tmp_path / "trunk.gguf")
+    old = os.umask(0o022)
+    try:
+        assert run_cli(["add-mtp", "--source", str(src), "--target", str(trunk)]).returncode == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "README.md").stat().st_mode) == 0o644
