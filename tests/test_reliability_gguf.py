@@ -487,3 +487,29 @@ def test_a_card_add_mtp_creates_beside_a_trunk_gets_a_new_files_mode(synth, tmp_
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "README.md").stat().st_mode) == 0o644
+
+
+# ----------------------------------------------------------------------------- hostile names and sizes
+
+@pytest.mark.parametrize("name", ["Q" * 300, "Tiny\x00Qwen", "Tiny\nQwen", "../../Tiny/Qwen", "Ünïcødé " * 40],
+                         ids=["300-chars", "nul", "newline", "slashes", "long-unicode"])
+def test_a_hostile_general_name_gives_a_safe_head_file_name(synth, name: str, tmp_path: Path) -> None:
+    """The head is named after the trunk's ``general.name`` as llama.cpp's converter names it,
+    made one safe file name: no control character, no separator, at most 255 bytes with its
+    record's and temporary suffixes (300 characters or a NUL were internal errors; a newline ended
+    up in the file's name). inspect then finds the head, and remove-mtp takes it back."""
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    folder = tmp_path / "g"
+    trunk = synthetic_trunk(src, folder / "trunk.gguf", name=name)
+    pristine = folder_state(tmp_path)
+    add = run_cli(["add-mtp", "--source", str(src), "--target", str(trunk), "--json"])
+    assert add.returncode == 0, add.stderr
+    head = Path(json.loads(add.stdout)["output"])
+    assert head.parent == folder and head.is_file() and head.name.startswith("mtp-")
+    assert not any(ord(c) < 32 or c in "/\\" for c in head.name) and len((head.name + ".mtpforge.json").encode()) <= 200
+    r = run_cli(["inspect", str(trunk), "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["layout"] == "gguf-mtp", r.stdout[-2000:]
+    assert run_cli(["remove-mtp", str(trunk)]).returncode == 0
+    assert folder_state(tmp_path) == pristine
