@@ -513,3 +513,25 @@ def test_a_hostile_general_name_gives_a_safe_head_file_name(synth, name: str, tm
     assert r.returncode == 0 and json.loads(r.stdout)["layout"] == "gguf-mtp", r.stdout[-2000:]
     assert run_cli(["remove-mtp", str(trunk)]).returncode == 0
     assert folder_state(tmp_path) == pristine
+
+
+def test_a_trunk_declaring_a_nextn_layer_it_does_not_hold_gets_the_head_inspect_asks_for(synth, tmp_path: Path) -> None:
+    """``nextn_predict_layers = 1`` without NextN tensors: inspect says to add the head, and
+    add-mtp now does (it said the trunk "already carries an MTP block — use it as is", even with
+    --force); the tensors decide for both."""
+    import gguf
+
+    from mtpforge.gguf.gguffile import KV
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(src, tmp_path / "trunk.gguf",
+                            kv_edit={"qwen35.nextn_predict_layers": KV(1, gguf.GGUFValueType.UINT32)})
+    r = run_cli(["inspect", str(trunk), "--json"])
+    rep = json.loads(r.stdout)
+    missing = [f for f in rep["findings"] if f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS"]
+    assert missing and "add-mtp" in missing[0]["fix"], rep["findings"]
+    add = run_cli(["add-mtp", "--source", str(src), "--target", str(trunk), "--json"])
+    assert add.returncode == 0 and json.loads(add.stdout)["status"] == "written", add.stderr
+    after = json.loads(run_cli(["inspect", str(trunk), "--json"]).stdout)
+    assert after["layout"] == "gguf-mtp" and "MTP_CONFIG_WITHOUT_WEIGHTS" not in {f["code"] for f in after["findings"]}

@@ -95,7 +95,9 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
         raise InputError(*handled_archs(p.name, g.arch))
     if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
         raise InputError(f"{p.name} is an MTP-only GGUF, not a model", "pass the trunk GGUF (the one given to llama-server -m)")
-    if g.nextn_layers or any(t.startswith(f"blk.{g.block_count - 1}.nextn.") for t in g.tensors):
+    # the tensors decide, as inspect's do: a declaration without NextN tensors is a trunk whose
+    # head is missing (inspect says to add it), not one that carries it
+    if any(".nextn." in t for t in g.tensors):
         raise RefusedError(f"{p.name} already carries an MTP block ({g.arch}.nextn_predict_layers = {g.nextn_layers})",
                            "use it as is: llama-server -m it --spec-type draft-mtp")
     return g, family
