@@ -535,3 +535,21 @@ def test_a_trunk_declaring_a_nextn_layer_it_does_not_hold_gets_the_head_inspect_
     assert add.returncode == 0 and json.loads(add.stdout)["status"] == "written", add.stderr
     after = json.loads(run_cli(["inspect", str(trunk), "--json"]).stdout)
     assert after["layout"] == "gguf-mtp" and "MTP_CONFIG_WITHOUT_WEIGHTS" not in {f["code"] for f in after["findings"]}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_fifo_or_a_folder_named_gguf_is_said_to_be_what_it_is(synth, kind: str, tmp_path: Path) -> None:
+    """inspect and add-mtp on a FIFO or a folder named ``x.gguf``: one line that says what the
+    path is (it said the path does not exist), exit 2, nothing read from a pipe, nothing written."""
+    import os
+
+    p = tmp_path / "x.gguf"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.mkdir()
+    before = folder_state(tmp_path)
+    says = "FIFO" if kind == "fifo" else "is a folder"
+    one_line(run_cli(["inspect", str(p)], timeout=60), 2, says)
+    one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(p)], timeout=60), 2, says)
+    assert folder_state(tmp_path) == before

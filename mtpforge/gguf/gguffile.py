@@ -170,10 +170,26 @@ def _walk_local(p: Path, size: int) -> None:
             raise CorruptFileError(f"{p.name} is not a readable GGUF file: {e.message}", e.fix) from None
 
 
+def _not_a_file(p: Path) -> tuple[str, str]:
+    """What a path that is not a regular file is, truly (a FIFO or a folder named ``x.gguf`` was
+    said not to exist)."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return f"{p} does not exist", "pass the path of a .gguf file"
+    if stat.S_ISDIR(mode):
+        return f"{p} is a folder, not a GGUF file", "pass the .gguf file itself"
+    kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"{p} is {kind}, not a regular file; mtpforge reads GGUF files only from regular files", \
+        "copy the GGUF into a regular file and pass that"
+
+
 def read_local(path: str | os.PathLike[str]) -> GgufFile:
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{p} does not exist", "pass the path of a .gguf file")
+        raise InputError(*_not_a_file(p))
     size = p.stat().st_size
     _walk_local(p, size)
     g = _parse(p, p.name, size)
