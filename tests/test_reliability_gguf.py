@@ -553,3 +553,34 @@ def test_a_fifo_or_a_folder_named_gguf_is_said_to_be_what_it_is(synth, kind: str
     one_line(run_cli(["inspect", str(p)], timeout=60), 2, says)
     one_line(run_cli(["add-mtp", "--source", str(synth.hf("qwen3_5")), "--target", str(p)], timeout=60), 2, says)
     assert folder_state(tmp_path) == before
+
+
+def test_a_hub_gguf_reporting_two_to_the_fifty_bytes_is_refused_before_any_sparse_file(synth, tmp_path: Path) -> None:
+    """The Hub's reported size is the sparse file's size the header is parsed in: 2^50 bytes was
+    `internal error: OSError: [Errno 27] File too large`; now one CORRUPT_FILE line before any
+    request or file (the reader is given a real trunk's bytes, as the Hub serves them)."""
+    import os
+    import tempfile
+
+    from mtpforge.errors import CorruptFileError
+    from mtpforge.gguf.gguffile import MAX_REMOTE_SIZE, read_remote
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    data = synthetic_trunk(synth.hf("qwen3_5"), tmp_path / "trunk.gguf").read_bytes()
+    asked: list[tuple[int, int]] = []
+
+    def read_range(a: int, b: int) -> bytes:
+        asked.append((a, b))
+        return data[a:b]
+
+    def ours() -> set[str]:
+        return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")}
+
+    temp_before = ours()
+    for size in (2**50, MAX_REMOTE_SIZE + 1, 2**63):
+        with pytest.raises(CorruptFileError) as e:
+            read_remote("big.gguf", size, read_range)
+        assert "big.gguf" in e.value.message and "\n" not in e.value.message and e.value.fix
+    assert asked == [] and ours() <= temp_before
+    g, _ = read_remote("trunk.gguf", len(data), read_range)  # the same bytes at their true size read
+    assert "token_embd.weight" in g.tensors

@@ -212,6 +212,9 @@ MAX_ARRAY = 1 << 24
 MAX_KV = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_DIMS = 4  # GGML_MAX_DIMS
+#: the largest Hub file whose header is parsed (its header is laid into a sparse file of that size,
+#: which a filesystem refuses past its own limit: ext4's 16 TiB gave ``OSError: File too large``)
+MAX_REMOTE_SIZE = 1 << 42
 
 
 def _limit(what: str, n: int, most: int) -> None:
@@ -309,6 +312,9 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
 def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -> tuple[GgufFile, int]:
     """Parse a Hub file's header from range reads, never touching tensor data; returns it and
     the bytes read."""
+    if size > MAX_REMOTE_SIZE:
+        raise CorruptFileError(f"{name}: the Hub reports {size:,} bytes, more than any GGUF file holds "
+                               f"(at most {MAX_REMOTE_SIZE:,} is read)", "check the repo; re-upload the file")
     data_offset, head, _ = header_length(lambda a, b: read_range(a, b), size)
     with tempfile.TemporaryDirectory(prefix="mtpforge-gguf-") as d:
         p = Path(d) / "header.gguf"
