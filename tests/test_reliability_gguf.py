@@ -584,3 +584,29 @@ def test_a_hub_gguf_reporting_two_to_the_fifty_bytes_is_refused_before_any_spars
     assert asked == [] and ours() <= temp_before
     g, _ = read_remote("trunk.gguf", len(data), read_range)  # the same bytes at their true size read
     assert "token_embd.weight" in g.tensors
+
+
+# ----------------------------------------------------------------------------- inspect --source of another family
+
+def test_inspect_source_of_another_family_is_an_error_finding(fam, synth, tmp_path: Path) -> None:
+    """A --source of another family proves nothing about a head's norms: SOURCE_MISMATCH, an error
+    (exit 1), for a GGUF head and for a GLM MLX folder (both exited 0, no findings, the GGUF's
+    convention "raw" "from source"); this model's own source still finds nothing."""
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    qsrc = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(qsrc, tmp_path / "g" / "trunk.gguf")
+    glm_src, glm_mlx = fam["glm4_moe"]
+    assert run_cli(["add-mtp", "--source", str(qsrc), "--target", str(trunk)]).returncode == 0
+    folder = _copy(glm_mlx, tmp_path / "m")
+    assert run_cli(["add-mtp", "--source", str(glm_src), "--target", str(folder)]).returncode == 0
+    before = folder_state(tmp_path)
+    for target, other, own in ((trunk, glm_src, qsrc), (folder, qsrc, glm_src)):
+        r = run_cli(["inspect", str(target), "--source", str(other), "--json"])
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        rep = json.loads(r.stdout)
+        bad = [f for f in rep["findings"] if f["code"] == "SOURCE_MISMATCH"]
+        assert bad and bad[0]["severity"] == "error" and rep["norm_convention_from"] != "source", rep
+        ok = run_cli(["inspect", str(target), "--source", str(own), "--json"])
+        assert ok.returncode == 0 and json.loads(ok.stdout)["findings"] == [], ok.stdout[-2000:]
+    assert folder_state(tmp_path) == before
