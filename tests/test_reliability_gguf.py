@@ -610,3 +610,21 @@ def test_inspect_source_of_another_family_is_an_error_finding(fam, synth, tmp_pa
         ok = run_cli(["inspect", str(target), "--source", str(own), "--json"])
         assert ok.returncode == 0 and json.loads(ok.stdout)["findings"] == [], ok.stdout[-2000:]
     assert folder_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("files", ["*.safetensors", "*"])
+def test_a_sign_in_page_instead_of_the_file_is_a_permanent_error(hub, synth, files: str, tmp_path: Path) -> None:
+    """A portal or proxy answering 200 with an HTML sign-in page for every download: one line
+    that says so and how to fix it, not "short body — retry later" after a round of retries;
+    nothing written."""
+    repo, _ = hub.source(synth, "qwen3_5")
+    tgt = _copy(synth.target("qwen3_5"), tmp_path / "t")
+    hub.fault("html", repo=repo, files=files, times=-1, data_only=False)
+    before = folder_state(tgt)
+    r = hub.run("add-mtp", "--source", repo, "--target", str(tgt), hf_home=tmp_path / "hf")
+    lines = error_lines(r.stderr)
+    assert r.code == 2 and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
+    # a page for the file itself says so; a page for the Hub's API too is a server that is not a Hub
+    assert ("web page" if files == "*.safetensors" else "HF_ENDPOINT") in lines[0], lines[0]
+    assert "retry later" not in lines[0], lines[0]
+    assert folder_state(tgt) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
