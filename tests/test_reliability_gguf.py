@@ -628,3 +628,23 @@ def test_a_sign_in_page_instead_of_the_file_is_a_permanent_error(hub, synth, fil
     assert ("web page" if files == "*.safetensors" else "HF_ENDPOINT") in lines[0], lines[0]
     assert "retry later" not in lines[0], lines[0]
     assert folder_state(tgt) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_record_beside_a_trunk_hashing_the_trunk_removes_nothing(synth, tmp_path: Path) -> None:
+    """remove-mtp removes only a file add-mtp writes (one holding an MTP block): a record named
+    after the trunk, with the trunk's own hash, is refused and the trunk stays."""
+    import hashlib
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src = synth.hf("qwen3_5")
+    trunk = synthetic_trunk(src, tmp_path / "trunk.gguf")
+    add = run_cli(["add-mtp", "--source", str(src), "--target", str(trunk), "--json"])
+    assert add.returncode == 0, add.stderr
+    rec = json.loads(Path(json.loads(add.stdout)["manifest"]).read_text())
+    rec["file_sha256"] = hashlib.sha256(trunk.read_bytes()).hexdigest()
+    rec.pop("model_card", None)
+    (tmp_path / "trunk.gguf.mtpforge.json").write_text(json.dumps(rec))
+    before = folder_state(tmp_path)
+    one_line(run_cli(["remove-mtp", str(tmp_path)]), 1, "holds no MTP block")
+    assert folder_state(tmp_path) == before

@@ -76,13 +76,28 @@ def _checked(head: Path) -> GgufManifestFile:
             raise _untrusted(rec, f"{head.name} is not the regular file add-mtp wrote")
         if file_sha256(head) != m.file_sha256:
             raise _untrusted(rec, f"{head.name} is not the file add-mtp wrote (its bytes changed since)")
+        if not _holds_mtp_block(head):  # a record beside a trunk, hashing the trunk, removes nothing
+            raise _untrusted(rec, f"{head.name} holds no MTP block, and add-mtp writes only files that do")
     return m
+
+
+def _holds_mtp_block(head: Path) -> bool:
+    """Whether ``head`` is a GGUF with NextN tensors (what add-mtp writes: an MTP-only file or a
+    trunk with its tail), read by the bounded header walk."""
+    from ..errors import MtpforgeError
+    from .gguffile import read_local
+
+    try:
+        return any(".nextn." in n for n in read_local(head).tensors)
+    except MtpforgeError:
+        return False
 
 
 def _card_undo(folder: Path, m: GgufManifestFile, rec: Path) -> tuple[str, bytes | str | None]:
     """What to do with the card: ('keep', None), ('remove', None), ('write', bytes), ('edited',
-    bytes: the user's later edits kept) or ('link', target). Nothing the record holds is written into the card: only the card's own
-    bytes without the section, checked against the recorded hash."""
+    bytes: the user's later edits kept) or ('link', target). Nothing the record holds is written
+    into the card: only the card's own bytes without the section, checked against the recorded
+    hash."""
     cr = m.model_card
     if cr is None or cr.file != CARD:
         return "keep", None
