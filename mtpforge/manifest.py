@@ -149,11 +149,31 @@ EDITED_FILES = ("config.json", INDEX_FILE)
 _COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 
 
-def _is_mtp_path(key: str) -> bool:
-    return "mtp" in key.split(".")
+def _is_mtp_path(key: str, nextn: tuple[str, ...] = ()) -> bool:
+    """A head key: an ``mtp`` component (Qwen, Nemotron-H), or one of ``nextn`` — the prefixes of a
+    NextN layer appended after the backbone's (GLM's ``model.layers.{N}.``, :func:`nextn_prefixes`)."""
+    return "mtp" in key.split(".") or (bool(nextn) and key.startswith(nextn))
 
 
-def allowed_change(rel: str, path: tuple[str, ...]) -> bool:
+def nextn_prefixes(folder: Path) -> tuple[str, ...]:
+    """The prefixes of the head's keys of a family whose head is a NextN layer numbered after the
+    backbone's, from the folder's own config (its family and layer count, never the manifest's
+    word, so a record cannot make a backbone layer count as the head); ``()`` for any other."""
+    from .families import FAMILIES
+    from .families.detect import detect_family
+
+    try:
+        config = json.loads((folder / "config.json").read_text("utf-8"))
+        family = detect_family(config) if isinstance(config, dict) else None
+        spec = FAMILIES[family] if family else None
+        if spec is None or spec.head_index_key is None:
+            return ()
+        return tuple(p for p in spec.head_prefixes(config) if "mtp" not in p.split("."))
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        return ()
+
+
+def allowed_change(rel: str, path: tuple[str, ...], nextn: tuple[str, ...] = ()) -> bool:
     """Whether add-mtp ever changes the JSON value at ``path`` of ``rel``: the head's layer
     count, the sidecar pointer, a key rewritten for ``--runtime``'s mlx-lm, quantization entries of head modules, index entries of head
     tensors and the index's total size. A manifest asking to restore anything else is refused."""
@@ -164,9 +184,10 @@ def allowed_change(rel: str, path: tuple[str, ...]) -> bool:
             return True
         if path[-1:] and path[-1] in REWRITTEN_FOR_RUNTIME and path[:-1] in ((), ("text_config",)):
             return True  # a tagged float written as --runtime's mlx-lm 0.31 reads it (runtimes/config.py)
-        return len(path) == 2 and path[0] in ("quantization", "quantization_config") and _is_mtp_path(path[1])
+        return len(path) == 2 and path[0] in ("quantization", "quantization_config") and _is_mtp_path(path[1], nextn)
     if rel == INDEX_FILE:
-        return path == ("metadata", "total_size") or (len(path) == 2 and path[0] == "weight_map" and _is_mtp_path(path[1]))
+        return path == ("metadata", "total_size") or (
+            len(path) == 2 and path[0] == "weight_map" and _is_mtp_path(path[1], nextn))
     return False
 
 
@@ -327,8 +348,9 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
         raise _refuse(folder, "it does not record the files add-mtp wrote with their hashes")
     if not drafter and "config.json" not in changed:
         raise _refuse(folder, "it does not record how config.json looked before add-mtp")
+    nextn = nextn_prefixes(folder)
     for rel in added:
-        if rel not in (MANIFEST, CARD) and _added_file_removable(folder, rel, hashes, drafter):
+        if rel not in (MANIFEST, CARD) and _added_file_removable(folder, rel, hashes, drafter, nextn):
             plan.remove.append(rel)
     plan.remove.append(MANIFEST)
     _plan_card(folder, manifest, plan)
@@ -337,7 +359,7 @@ def plan_undo(folder: Path, manifest: dict[str, Any]) -> UndoPlan:
             continue  # planned above
         if rel not in EDITED_FILES or (drafter and rel in added):
             raise _refuse(folder, f"it asks to restore {rel}, a file add-mtp never edits")
-        _plan_restore(folder, rel, before, plan)
+        _plan_restore(folder, rel, before, plan, nextn)
     _check_index_after(folder, plan)
     return plan
 
@@ -407,7 +429,8 @@ def _plan_card(folder: Path, manifest: dict[str, Any], plan: UndoPlan) -> None:
         plan.write[CARD] = rest
 
 
-def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafter: bool) -> bool:
+def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafter: bool,
+                          nextn: tuple[str, ...] = ()) -> bool:
     """Whether a file the manifest lists as added is there to remove (False: already gone);
     refuses a file add-mtp never writes or whose bytes are not the ones it wrote."""
     from .checkpoint.safetensors_header import read_local_header
@@ -437,7 +460,7 @@ def _added_file_removable(folder: Path, rel: str, hashes: dict[str, Any], drafte
             keys = list(read_local_header(p, rel).tensors)
         except MtpforgeError:
             raise _refuse(folder, f"{rel} is not a safetensors file") from None
-        if any(not _is_mtp_path(k) for k in keys):
+        if any(not _is_mtp_path(k, nextn) for k in keys):
             raise _refuse(folder, f"{rel} holds tensors that are not the MTP head")
     return True
 
@@ -478,7 +501,7 @@ def _recorded_before(folder: Path, rel: str, before: dict[str, Any]) -> tuple[by
     return before_bytes, old
 
 
-def _plan_restore(folder: Path, rel: str, before: dict[str, Any], plan: UndoPlan) -> None:
+def _plan_restore(folder: Path, rel: str, before: dict[str, Any], plan: UndoPlan, nextn: tuple[str, ...] = ()) -> None:
     """How to give back config.json or the index: the old bytes, a patch that keeps the user's
     later edits, or removal of an index add-mtp created."""
     p = folder / rel
@@ -501,10 +524,10 @@ def _plan_restore(folder: Path, rel: str, before: dict[str, Any], plan: UndoPlan
             raise _refuse(folder, f"it says {rel} did not exist before, but that index is not one add-mtp creates")
         plan.remove.append(rel)
         return
-    bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth)]
+    bad = [pth for pth, _, _ in json_diff(old, current) if not allowed_change(rel, pth, nextn)]
     patch = before.get("patch")
     if exact is False and isinstance(patch, list):
-        _plan_patch(folder, rel, patch, old, current, current_bytes, before_bytes, plan)
+        _plan_patch(folder, rel, patch, old, current, current_bytes, before_bytes, plan, nextn)
     elif not bad:
         # only keys add-mtp writes differ: the bytes as they were
         if before.get("kind") == "symlink":
@@ -517,13 +540,13 @@ def _plan_restore(folder: Path, rel: str, before: dict[str, Any], plan: UndoPlan
 
 
 def _plan_patch(folder: Path, rel: str, patch: list[Any], old: Any, current: Any, current_bytes: bytes,
-                before_bytes: bytes, plan: UndoPlan) -> None:
+                before_bytes: bytes, plan: UndoPlan, nextn: tuple[str, ...] = ()) -> None:
     """Edited after add-mtp: take back add-mtp's keys, keep the user's edits."""
     new = json.loads(current_bytes)
     for e in patch:
         pth = e.get("path") if isinstance(e, dict) else None
         if not isinstance(pth, list) or not pth or not all(isinstance(k, str) for k in pth) \
-                or not allowed_change(rel, tuple(pth)):
+                or not allowed_change(rel, tuple(pth), nextn):
             raise _refuse(folder, f"its record of {rel} changes keys add-mtp never writes")
         b, a = e.get("before", _MISSING), e.get("after", _MISSING)
         if _get(old, pth) != b:

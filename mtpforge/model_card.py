@@ -248,6 +248,10 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         if path.is_file() and not path.is_symlink():
             os.chmod(tmp, path.stat().st_mode & 0o777)
+        else:  # a new card gets a new file's mode (mkstemp's is 0600: the repo's card unreadable to others)
+            mask = os.umask(0o022)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

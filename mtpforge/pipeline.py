@@ -567,12 +567,28 @@ def _refuse_head_left(stage: StagedFolder, path: Path) -> None:
 def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
     """Restore the folder to its state before add-mtp, byte for byte."""
     path = Path(target).expanduser()
+    if _gguf_undo(path):
+        from .gguf.remove import remove_mtp_gguf
+
+        return remove_mtp_gguf(target, progress=progress)
     if path.parent.is_dir():
         cleanup_leftovers(path)  # a killed run's leftovers (and a half-done fallback swap) first
     if not path.is_dir():
         raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
     with folder_lock(path):
         return _remove_mtp(path, target, progress)
+
+
+def _gguf_undo(path: Path) -> bool:
+    """A GGUF file (trunk or head), or a folder that holds a GGUF head's record and no MLX
+    manifest: remove-mtp undoes a GGUF add-mtp there."""
+    from .gguf.addmtp import is_gguf_path
+
+    if path.is_file():
+        return is_gguf_path(str(path))
+    if path.is_dir() and not (path / MANIFEST).exists():
+        return any(path.glob("*.gguf.mtpforge.json"))
+    return False
 
 
 def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:

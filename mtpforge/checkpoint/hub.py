@@ -176,6 +176,16 @@ def _check_content_range(value: str | None, first: int, last: int, size: int, wh
                            "the repo may have changed mid-run; retry, or pin --revision to a commit")
 
 
+def _refuse_web_page(content_type: str | None, what: str) -> None:
+    """A file answered with a web page (a sign-in portal, a proxy's or a login wall's HTML) is not
+    the file, and asking again gets the same page: a permanent error naming the cause, never its
+    bytes read as the file's (they read as a damaged header) nor "short body — retry later"."""
+    if (content_type or "").split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml"):
+        raise NetworkError(f"the server answered {what} with a web page (text/html, e.g. a sign-in page), not the file",
+                           "check HF_ENDPOINT and HF_TOKEN: a proxy or sign-in portal stands between you and the Hub; "
+                           "sign in there (or use a network without it), then run the command again")
+
+
 def stream_range(
     url: str, start: int, end: int, sink: BinaryIO, *, file_size: int, what: str,
     on_bytes: Callable[[int], None] | None = None, full_ok: bool = False,
@@ -203,6 +213,7 @@ def stream_range(
                                      retry_on_exceptions=(), base_wait_time=retry_wait(),
                                      max_wait_time=8 * max(retry_wait(), 0.01)) as r:
                 hf_raise_for_status(r)
+                _refuse_web_page(r.headers.get("Content-Type"), what)
                 if r.status_code == 206:
                     _check_content_range(r.headers.get("Content-Range"), first, end - 1, file_size, what)
                     skip = 0

@@ -111,27 +111,50 @@ def source_norms(source: str, revision: str | None, keys: list[str],
     """The source's head norms under bare ``keys``, zero-centred (a few KB; over HTTP only these).
     With ``target_config`` (a --source the user named) a source of another family or size is
     one clear error, not a silent "unknown"."""
-    from ..plan import check_compatible
-
-    src_store = open_target_store(source, revision)
-    src_cat = load_catalogue(src_store, all_safetensors=False,
-                             index_files=None if isinstance(src_store, LocalStore) else head_shards)
-    src_family = detect_family(src_cat.config)
+    src_cat, src_family = _source_catalogue(source, revision)
     if target_config is not None:
-        if src_family is None:
-            raise InputError(*not_handled(f"--source {source}", src_cat.config,
-                                          "pass the original Hugging Face checkpoint of this model as --source"))
-        try:
-            check_compatible(src_cat.config, target_config, src_family, detect_family(target_config) or src_family)
-        except MtpforgeError as e:
-            raise InputError(f"--source {source} is not this model's original: {e.message}",
-                             "pass the original Hugging Face checkpoint of this model as --source") from None
+        _check_is_original(source, src_cat.config, src_family, target_config)
     src_loc = locate_head(src_cat, src_family)
     vals = read_entries(src_cat, {k: src_loc.entries[k] for k in keys if k in src_loc.entries})
     if is_raw_hf(src_cat):
         return vals
     spec = family_spec(src_cat.config)  # an MLX source: undo what MLX added (nothing for a raw-norm family)
     return {k: v.astype(mx.float32) - spec.offset_of(k) for k, v in vals.items()}
+
+
+def _source_catalogue(source: str, revision: str | None) -> tuple[Any, str | None]:
+    """The source's catalogue (config, index, the head's shard headers) and its family."""
+    src_store = open_target_store(source, revision)
+    src_cat = load_catalogue(src_store, all_safetensors=False,
+                             index_files=None if isinstance(src_store, LocalStore) else head_shards)
+    return src_cat, detect_family(src_cat.config)
+
+
+def _check_is_original(source: str, src_config: Any, src_family: str | None, target_config: Mapping[str, Any]) -> None:
+    """Refuse (InputError) a --source of another family or size than the target's model."""
+    from ..plan import check_compatible
+
+    if src_family is None:
+        raise InputError(*not_handled(f"--source {source}", src_config,
+                                      "pass the original Hugging Face checkpoint of this model as --source"))
+    try:
+        check_compatible(src_config, target_config, src_family, detect_family(target_config) or src_family)
+    except MtpforgeError as e:
+        raise InputError(f"--source {source} is not this model's original: {e.message}",
+                         "pass the original Hugging Face checkpoint of this model as --source") from None
+
+
+def _foreign_source(ctx: InspectContext) -> Finding | None:
+    """SOURCE_MISMATCH (an error) when ``--source`` is not this model's original: another family,
+    or sizes that differ (what :func:`source_norms` checks for a zero-centred family's head)."""
+    assert ctx.source is not None
+    src_cat, src_family = _source_catalogue(ctx.source, ctx.source_revision)
+    try:
+        _check_is_original(ctx.source, src_cat.config, src_family, ctx.cat.config)
+    except InputError as e:
+        return finding("SOURCE_MISMATCH", e.message, e.fix or "pass this model's own original checkpoint as --source",
+                       severity="error")
+    return None
 
 
 def _manifest_matches(ctx: InspectContext, norm_entries: Mapping[str, TensorInfo]) -> bool:
@@ -222,6 +245,9 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     ctx.norm_means = {k: float(mx.mean(v.astype(mx.float32)).item()) for k, v in values.items()}
     found: list[Finding] = []
     if ctx.source:
+        bad = _foreign_source(ctx)  # another family's or size's source proves nothing: say so
+        if bad is not None:
+            return "unknown", "source", {}, [*found, bad]
         verdicts = _exact(ctx, ctx.source, values)
         ctx.report["norm_source"] = ctx.source
         if verdicts and set(verdicts.values()) == {"unknown"}:

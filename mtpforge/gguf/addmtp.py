@@ -36,6 +36,8 @@ from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chu
 from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FAMILY_OF_ARCH, SHARED_TENSORS, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
+from ..writer.lock import folder_lock
+from .commit import stage_json, sweep_leftovers
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
 
 MANIFEST_SUFFIX = ".mtpforge.json"
@@ -93,7 +95,9 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
         raise InputError(*handled_archs(p.name, g.arch))
     if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
         raise InputError(f"{p.name} is an MTP-only GGUF, not a model", "pass the trunk GGUF (the one given to llama-server -m)")
-    if g.nextn_layers or any(t.startswith(f"blk.{g.block_count - 1}.nextn.") for t in g.tensors):
+    # the tensors decide, as inspect's do: a declaration without NextN tensors is a trunk whose
+    # head is missing (inspect says to add it), not one that carries it
+    if any(".nextn." in t for t in g.tensors):
         raise RefusedError(f"{p.name} already carries an MTP block ({g.arch}.nextn_predict_layers = {g.nextn_layers})",
                            "use it as is: llama-server -m it --spec-type draft-mtp")
     return g, family
@@ -191,9 +195,16 @@ def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> dict[str, Any]:
                         peak_memory_estimate=_peak_estimate(g.plan),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
         return g.report
+    with folder_lock(g.dest.parent):  # one run per target folder: the head, its record and the card
+        sweep_leftovers(g.dest.parent)
+        return _execute_locked(g, progress)
+
+
+def _execute_locked(g: "GgufAddPlan", progress: bool) -> dict[str, Any]:
+    """execute_gguf's work, with the target folder held and a killed run's leftovers swept."""
     existing = _existing(g, g.force)
     if existing == "same":
-        g.report.update(status="already-present", files_written=[])
+        g.report.update(status="already-present", files_written=_finish_card(g))
         return g.report
     if existing == "serves-recorded":
         g.report.update(status="already-present", files_written=[str(manifest_path(g.dest))])
@@ -298,6 +309,7 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
         kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp, meta)
     manifest = _manifest(g, source)
     card, card_record, note = _card(g, manifest)
+    staged: list[Path] = []
 
     def commit(sha: str, tmp: Path) -> None:
         check = read_local(tmp)
@@ -309,18 +321,56 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
         manifest["file_sha256"] = sha
         if card_record is not None:
             manifest["model_card"] = card_record
-        # the record first: it then vouches for the card whatever moment a kill interrupts
-        _write_json(manifest_path(dest), manifest)
-        if card is not None:
-            write_atomic(dest.parent / CARD, card)
+        # the record is staged complete now and renamed in only after the head (commit.py)
+        staged.append(stage_json(manifest_path(dest), manifest))
 
     prog.step(f"writing {dest.name} ({g.row.name})")
-    with prog.bytes_bar("writing", sum(t.nbytes for t in out)) as advance:
-        write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
+    try:
+        with prog.bytes_bar("writing", sum(t.nbytes for t in out)) as advance:
+            write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
+        # head first (renamed in by write_gguf), then the record that describes it, then the card
+        os.replace(staged[0], manifest_path(dest))
+    finally:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+    if card is not None and not _card_written(dest.parent / CARD, card):
+        card, note = None, (f"the head and its record are written, but {CARD} could not be (the disk is full): "
+                            f"run the same add-mtp again once there is room to add its section")
     g.report.update(status="written", files_written=[str(dest), str(manifest_path(dest))]
                     + ([str(dest.parent / CARD)] if card is not None else []))
     g.report["notes"] += [note] if note else []
     prog.done(f"wrote {dest} — run: {g.report['run']}")
+
+
+def _card_written(p: Path, card: bytes) -> bool:
+    """Write the card; False when the disk is full (the head and its record are in place by then:
+    the card is the one part left, and a re-run finishes it, see :func:`_finish_card`)."""
+    import errno
+
+    try:
+        write_atomic(p, card)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        return False
+    return True
+
+
+def _finish_card(g: GgufAddPlan) -> list[str]:
+    """The card of a run killed after its head and record were in place (the record rolled
+    forward by the sweep): written now, only when it is still as the record says it was before
+    and this run's card hashes to what the record says it became. Returns what was written."""
+    rec, _ = read_gguf_manifest(manifest_path(g.dest))
+    cr = rec.model_card if rec is not None else None
+    p = g.dest.parent / CARD
+    if cr is None or (p.is_file() and not p.is_symlink() and file_sha256(p) == cr.after_sha256):
+        return []
+    card, record, _ = _card(g, _manifest(g, g.source_name))
+    if card is None or record is None or hashlib.sha256(card).hexdigest() != cr.after_sha256 \
+            or record["before"] != cr.before.model_dump(exclude_none=True):
+        return []
+    write_atomic(p, card)
+    return [str(p)]
 
 
 def _card(g: GgufAddPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[str, Any] | None, str | None]:
@@ -371,9 +421,11 @@ def _peak_estimate(plan: list[HeadTensor]) -> int:
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", "utf-8")
-    os.replace(tmp, path)
+    tmp = stage_json(path, obj)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["GgufAddPlan", "add_mtp_gguf", "execute_gguf", "is_gguf_path", "manifest_path", "plan_gguf"]

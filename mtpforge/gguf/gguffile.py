@@ -1,6 +1,8 @@
 """Read a GGUF file's metadata and tensor table with gguf-py, locally or from the Hub.
 
-Nothing here reads tensor data: a trunk of 20 GB is opened through gguf-py's memory map, of which
+Every header is first walked by :func:`header_length` (local files too), each declared count and
+length held to a limit and to the file's size, so gguf-py never allocates what a hostile header
+declares. Nothing here reads tensor data: a trunk of 20 GB is opened through gguf-py's memory map, of which
 only the header pages are touched. A Hub file is read by HTTP range requests into a sparse
 temporary file of the file's full size (only the header bytes are written), which gguf-py then
 parses as if it were the whole file.
@@ -153,11 +155,44 @@ def _parse(path: Path, name: str, size: int) -> GgufFile:
     return GgufFile(name, size, kv, tensors, int(r.data_offset), align)
 
 
+def _walk_local(p: Path, size: int) -> None:
+    """The bounded header walk :func:`read_remote` does, on a local file: every count and length
+    is held to the limits above and to the file's size before gguf-py (which allocates what a
+    header declares) reads it."""
+    with open(p, "rb") as f:
+        def read_range(a: int, b: int) -> bytes:
+            f.seek(a)
+            return f.read(b - a)
+
+        try:
+            header_length(read_range, size)
+        except CorruptFileError as e:
+            raise CorruptFileError(f"{p.name} is not a readable GGUF file: {e.message}", e.fix) from None
+
+
+def _not_a_file(p: Path) -> tuple[str, str]:
+    """What a path that is not a regular file is, truly (a FIFO or a folder named ``x.gguf`` was
+    said not to exist)."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return f"{p} does not exist", "pass the path of a .gguf file"
+    if stat.S_ISDIR(mode):
+        return f"{p} is a folder, not a GGUF file", "pass the .gguf file itself"
+    kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"{p} is {kind}, not a regular file; mtpforge reads GGUF files only from regular files", \
+        "copy the GGUF into a regular file and pass that"
+
+
 def read_local(path: str | os.PathLike[str]) -> GgufFile:
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{p} does not exist", "pass the path of a .gguf file")
-    g = _parse(p, p.name, p.stat().st_size)
+        raise InputError(*_not_a_file(p))
+    size = p.stat().st_size
+    _walk_local(p, size)
+    g = _parse(p, p.name, size)
     g.path = p
     for t in g.tensors.values():
         if t.offset + t.nbytes > g.size:
@@ -168,6 +203,24 @@ def read_local(path: str | os.PathLike[str]) -> GgufFile:
 
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType -> bytes
 _STRING, _ARRAY = 8, 9
+
+#: the most one header value may declare, far above any real GGUF (a 256k-token vocabulary, a chat
+#: template of a few hundred KB, a few thousand tensors of at most four dimensions) and far below
+#: what would exhaust memory: a count or length past these is refused before anything is allocated
+MAX_STRING = 1 << 24
+MAX_ARRAY = 1 << 24
+MAX_KV = 1 << 16
+MAX_TENSORS = 1 << 20
+MAX_DIMS = 4  # GGML_MAX_DIMS
+#: the largest Hub file whose header is parsed (its header is laid into a sparse file of that size,
+#: which a filesystem refuses past its own limit: ext4's 16 TiB gave ``OSError: File too large``)
+MAX_REMOTE_SIZE = 1 << 42
+
+
+def _limit(what: str, n: int, most: int) -> None:
+    if n > most:
+        raise CorruptFileError(f"the GGUF header declares {what} of {n:,} (at most {most:,} is read)",
+                               "re-download or re-convert it with llama.cpp's converter")
 
 
 class _RangeBuf:
@@ -201,7 +254,13 @@ class _RangeBuf:
     def string(self, rest: int = 0) -> bytes:
         """A GGUF string, when at least ``rest`` more bytes follow it."""
         n = self.u64(8 + rest)
+        _limit("a string length", n, MAX_STRING)
         return self.take(n, n + rest)
+
+    def fits(self, n: int) -> None:
+        """At least ``n`` more bytes must exist: refuse a count the file cannot hold, before the walk."""
+        if self.pos + n > self.size:
+            raise CorruptFileError("the GGUF header runs past the end of the file", "re-upload or re-convert it")
 
 
 def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[int, bytes, int]:
@@ -211,6 +270,9 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
         raise CorruptFileError("not a GGUF file (bad magic)", "check the file name")
     r.u32()
     n_tensors, n_kv = r.u64(), r.u64()
+    _limit("a tensor count", n_tensors, MAX_TENSORS)
+    _limit("a metadata count", n_kv, MAX_KV)
+    r.fits(14 * n_kv + 33 * n_tensors)
     alignment = gguf.GGUF_DEFAULT_ALIGNMENT
     for i in range(n_kv):
         rest = 14 * (n_kv - i - 1) + 33 * n_tensors  # the smallest the rest of the header can be
@@ -220,6 +282,8 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
             val: bytes | int = r.string(rest)
         elif vt == _ARRAY:
             et, count = r.u32(12 + rest), r.u64(rest)
+            _limit(f"an array length ({key[:60].decode('utf-8', 'replace')!r})", count, MAX_ARRAY)
+            r.fits(count * (8 if et == _STRING else _SCALAR.get(et, 1)) + rest)
             if et == _STRING:
                 for j in range(count):
                     r.string(8 * (count - j - 1) + rest)
@@ -239,6 +303,7 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
         rest = 33 * (n_tensors - i - 1)  # a tensor entry is at least 33 bytes
         r.string(25 + rest)
         nd = r.u32(24 + rest)
+        _limit("a tensor's number of dimensions", nd, MAX_DIMS)
         r.take(8 * nd + 12, 8 * nd + 12 + rest)
     off = r.pos + (-r.pos % alignment)
     return off, bytes(r.buf), r.requests
@@ -247,6 +312,9 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
 def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -> tuple[GgufFile, int]:
     """Parse a Hub file's header from range reads, never touching tensor data; returns it and
     the bytes read."""
+    if size > MAX_REMOTE_SIZE:
+        raise CorruptFileError(f"{name}: the Hub reports {size:,} bytes, more than any GGUF file holds "
+                               f"(at most {MAX_REMOTE_SIZE:,} is read)", "check the repo; re-upload the file")
     data_offset, head, _ = header_length(lambda a, b: read_range(a, b), size)
     with tempfile.TemporaryDirectory(prefix="mtpforge-gguf-") as d:
         p = Path(d) / "header.gguf"

@@ -118,6 +118,9 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
     from .source import open_source_head
 
     src = open_source_head(source, revision)
+    other = _other_family(head, src.family, source)
+    if other is not None:
+        return "unknown", "none", [other]
     spec = FAMILIES[src.family]
     right = "shifted" if spec.norm_offset else "raw"
     kinds: dict[str, str] = {}
@@ -199,6 +202,17 @@ def _norms_from_trunk(head: GgufFile, trunk: GgufFile, family: str) -> tuple[str
         return "unknown", "none", []
     conv, out = _judged(kinds, right, spec.name)
     return conv, "trunk", out
+
+
+def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | None:
+    """A --source of another family than the head's proves nothing about its norms: an error
+    finding (it was exit 0, no findings, ``raw`` "from source")."""
+    mine = FAMILY_OF_ARCH.get(head.arch)
+    if mine is None or FAMILIES[src_family].gguf_arch == head.arch:
+        return None
+    return finding("SOURCE_MISMATCH", f"--source {source} is a {src_family} checkpoint, but the head is {mine}'s "
+                                      f"({head.arch}): the comparison proves nothing",
+                   "pass this model's own original checkpoint as --source", severity="error")
 
 
 def _manifest(p: Path) -> GgufManifestFile | None:

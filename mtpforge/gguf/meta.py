@@ -107,4 +107,22 @@ def mtp_file_name(kv: dict[str, KV], precision: str, fallback: str) -> str:
 
     name = gguf.naming_convention(s("general.name") or fallback, s("general.basename"), s("general.finetune"),
                                   s("general.version"), size_label=None, output_type=precision.upper(), model_type=None)
-    return f"mtp-{name}.gguf"
+    return f"mtp-{safe_file_stem(name, f'-{precision.upper()}')}.gguf"
+
+
+#: bytes of a head's name stem: with ``mtp-``, ``.gguf``, the record's ``.mtpforge.json`` and a
+#: temporary file's suffix, every name stays under the usual 255-byte limit
+MAX_STEM_BYTES = 160
+
+
+def safe_file_stem(name: str, tail: str) -> str:
+    """``name`` as one file name: a control character (NUL, newline) or a path separator becomes
+    ``-``, and a name too long for the filesystem is shortened before ``tail`` (the type), which
+    stays. A trunk's ``general.name`` is whatever its maker wrote (300 characters, a NUL, a
+    newline: internal errors and a file name holding a newline)."""
+    name = "".join("-" if ord(c) < 32 or ord(c) == 127 or c in "/\\" else c for c in name)
+    if len(name.encode("utf-8")) <= MAX_STEM_BYTES:
+        return name
+    base = name[: -len(tail)] if tail and name.endswith(tail) else name
+    room = MAX_STEM_BYTES - len(tail.encode("utf-8"))
+    return base.encode("utf-8")[:room].decode("utf-8", "ignore") + tail

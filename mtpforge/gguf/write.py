@@ -93,6 +93,22 @@ def write_gguf(dest: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor
     check_dest(dest)
     cleanup_tmp(dest.parent, dest.name)
     tmp = tmp_path_for(dest)
+    try:
+        return _write_tmp(dest, tmp, arch, kv, tensors, on_bytes, before_commit, alignment)
+    except OSError as e:
+        from ..writer.atomic import _no_space
+
+        full = _no_space(e, dest)
+        if full is None:
+            raise
+        raise full from None
+
+
+def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor],
+               on_bytes: Callable[[int], None] | None, before_commit: Callable[[str, Path], None] | None,
+               alignment: int | None) -> str:
+    """:func:`write_gguf`'s work: the temporary file is removed on every way out, a full disk's
+    failing close included (it raised before the unlink and left the file behind)."""
     logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
     w = gguf.GGUFWriter(None, arch)
     try:
@@ -139,9 +155,12 @@ def write_gguf(dest: Path, arch: str, kv: dict[str, KV], tensors: list[OutTensor
                 os.close(dfd)
         return sha
     finally:
-        w.close()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        try:
+            with contextlib.suppress(OSError):
+                w.close()  # a full disk fails the flush again: the temporary file goes all the same
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 def file_sha256(path: Path) -> str:

@@ -41,7 +41,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 LOOPBACK = "127.0.0.1"
 CHUNK = 64 * 1024
-FAULT_KINDS = ("drop", "status", "429", "truncate", "ignore_range", "slow")
+FAULT_KINDS = ("drop", "status", "429", "truncate", "ignore_range", "slow", "html")
+
+#: what a sign-in portal or SSO proxy between a user and the Hub answers instead of a file
+SIGN_IN_PAGE = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body><form>Sign in to continue</form></body></html>"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 #: the ``files`` value of a fault that hits ``model_info`` (with ``data_only=False``)
@@ -56,7 +59,8 @@ class Fault:
     (answer ``status``, a 5xx by default), ``429`` (rate limited, ``Retry-After: retry_after``),
     ``truncate`` (a shorter body with a consistent ``Content-Length``: only a client that checks
     lengths notices), ``ignore_range`` (answer 200 with the whole file), ``slow`` (wait ``delay``
-    seconds before answering). ``files=API, data_only=False`` aims a fault at ``model_info``
+    seconds before answering), ``html`` (a 200 answer with a sign-in page, ``text/html``, as a
+    portal or proxy sends it). ``files=API, data_only=False`` aims a fault at ``model_info``
     (``status``, ``429`` and ``slow`` apply there).
     """
 
@@ -379,6 +383,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault.kind in ("status", "429"):
             code = 429 if fault.kind == "429" else fault.status
             self._error(entry, code, None, "Injected failure", {"Retry-After": str(fault.retry_after)} if code == 429 else {})
+            return True
+        elif fault.kind == "html":
+            self._send(entry, 200, {"Content-Type": "text/html; charset=utf-8"}, SIGN_IN_PAGE, entry.method)
             return True
         return False
 
