@@ -56,7 +56,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     cat.refuse_damage("target")
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models"))
+        raise InputError(*not_handled(str(target), cat.config, "pass the MLX folder of a model mtpforge adds heads to"))
     if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
