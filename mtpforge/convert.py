@@ -17,9 +17,8 @@ import mlx.core as mx
 import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
-from .checkpoint.tensors import to_bytes, to_mx
-from .errors import RefusedError
-from .passes.fp8 import dequantize_block_fp8
+from .checkpoint.tensors import to_bytes
+from .headplan import decode, read_scale
 from .passes.norms import add_offset
 from .passes.quantize import cast, quantize
 from .plan import OutModule, Plan
@@ -32,25 +31,14 @@ _ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 Reader = Callable[[TensorInfo, int, int], bytes]
 
 
-def _slice_info(info: TensorInfo, shape: tuple[int, ...], dtype: str | None = None) -> TensorInfo:
-    return TensorInfo(info.name, info.file, dtype or info.dtype, tuple(shape), 0, 0)
-
-
 def transform_slice(
     m: OutModule, raw: bytes, info: TensorInfo, shape: tuple[int, ...], scale: mx.array | None
 ) -> dict[str, bytes]:
-    """The pure part: one slice's source bytes -> output bytes per suffix."""
+    """The pure part: one slice's source bytes -> output bytes per suffix (decoded, and refused
+    when not finite, by ``headplan.decode``, as the GGUF emitter's are)."""
+    w = decode(info, raw, shape, scale)
     if m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
         return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
-    w = to_mx(_slice_info(info, shape), raw)
-    if info.dtype == "F8_E4M3":
-        assert scale is not None
-        w = dequantize_block_fp8(w, scale)
-    w = w.astype(mx.float32)
-    if not mx.all(mx.isfinite(w)).item():
-        # quantization would launder NaN into finite-looking scales and codes: refuse at the source
-        raise RefusedError(f"the source's MTP tensor {info.name} holds NaN or Inf values, so the source checkpoint is damaged; nothing was changed",
-                           "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
     if m.norm:
         w = add_offset(w, m.offset)
     if m.q is None:
@@ -87,10 +75,7 @@ def write_plan(
             n = len(m.slices)
             for e, sl in enumerate(m.slices):
                 info = entries[sl.src]
-                scale = None
-                if info.dtype == "F8_E4M3":
-                    sinfo = entries[f"{sl.src}_scale_inv"]
-                    scale = to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
+                scale = read_scale(sl.src, entries, read)
                 k = row_blocks(sl.shape, sl.end - sl.start, info.dtype)
                 step = (sl.end - sl.start) // k
                 shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape

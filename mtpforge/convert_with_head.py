@@ -252,9 +252,7 @@ def _add_head(source: str, stage: Path, commit: str | None, opts: HeadOptions) -
     from .pipeline import add
 
     fields = opts.model_dump(include=set(HEAD_FIELDS) - {"revision"})
-    result = add(AddOptions(source=source, target=str(stage), revision=commit, **fields), progress=False)
-    assert isinstance(result, AddResult)  # an MLX folder (GGUF layouts were refused up front)
-    return result
+    return add(AddOptions(source=source, target=str(stage), revision=commit, **fields), progress=False)
 
 
 def _validate(stage: Path, runtime: str | None) -> dict[str, Any]:

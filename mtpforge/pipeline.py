@@ -20,7 +20,7 @@ from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families import FAMILIES
-from .families.tables import declared_mtp_layers, mtp_layers_of
+from .headplan import mtp_layer_count
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
@@ -56,7 +56,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     cat.refuse_damage("target")
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models"))
+        raise InputError(*not_handled(str(target), cat.config, "pass the MLX folder of a model mtpforge adds heads to"))
     if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
@@ -184,8 +184,7 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     if not source.head.raw or not entries:
         raise RefusedError(f"source {options.source} has no MTP tensors ({FAMILIES[source.family].head_prefix(source.config)}*)",
                            "pass the original Hugging Face checkpoint, which ships the head")
-    n_layers = declared_mtp_layers(source.config, source.family) or (
-        1 + max(mtp_layers_of(entries, source.family), default=0))
+    n_layers = mtp_layer_count(source.config, source.family, entries)
     head = build_plan(family=family, src_config=source.config, tgt_config=target_config, entries=entries,
                       n_layers=n_layers, choice=choice, keep_fc=options.keep_fc_full_precision, experts=options.experts,
                       default_q=_default_q(target_config))
@@ -211,10 +210,7 @@ def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> "AddPlan | Gg
         if options.runtime is not None and RUNTIMES[options.runtime].output_format != OutputFormat.GGUF:
             raise InputError(f"--runtime {options.runtime} loads an MLX folder, but --target is a GGUF file",
                              "pass the MLX model folder as --target (or leave --runtime out for llama.cpp)")
-        return plan_gguf(source=options.source, target=options.target, layout=options.layout,
-                         precision=None if options.precision in (None, "match") else str(options.precision),
-                         fetch=options.fetch, revision=options.revision, output=options.output,
-                         dry_run=options.dry_run, force=options.force, progress=progress)
+        return plan_gguf(options, progress=progress)
     if not options.dry_run:
         cleanup_leftovers(Path(options.target).expanduser())  # a killed run's leftovers, before reading
     tpath, tcat, family = _open_target(options.target)
@@ -267,9 +263,9 @@ def _check_drafter_dest(dest: Path, force: bool) -> None:
 
 # ----------------------------------------------------------------------------- execute
 
-def add(options: AddOptions, *, progress: bool = True) -> AddResult | dict[str, Any]:
-    """Plan and execute: one path for every output format (a GGUF trunk's report is the
-    docs/CONTRACT.md dict already). An MLX folder is held under its lock from the first read."""
+def add(options: AddOptions, *, progress: bool = True) -> AddResult:
+    """Plan and execute: one path and one result type for every output format. An MLX folder is
+    held under its lock from the first read."""
     from .gguf.addmtp import is_gguf_path
 
     if options.dry_run or is_gguf_path(options.target):  # a GGUF trunk is only ever read
@@ -292,8 +288,7 @@ def _separate(options: AddOptions) -> bool:
 def add_mtp(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> dict[str, Any]:
     """Add the source's MTP head to ``target`` (or to a new folder ``output``): the report as
     docs/CONTRACT.md's JSON. Pass an :class:`AddOptions`, or its fields as keywords."""
-    r = add(options if options is not None else AddOptions.parse(**kw), progress=progress)
-    return r.as_dict() if isinstance(r, AddResult) else r
+    return add(options if options is not None else AddOptions.parse(**kw), progress=progress).as_dict()
 
 
 @dataclass
@@ -325,7 +320,7 @@ def _existing(plan: AddPlan) -> _Existing:
     return _Existing(root, manifest, cat, loc)
 
 
-def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResult | dict[str, Any]:
+def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResult:
     """Carry out a plan: a dry run reports it; else fetch, convert, stage, validate, commit."""
     from .gguf.addmtp import GgufAddPlan, execute_gguf
 

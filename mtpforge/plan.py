@@ -13,12 +13,13 @@ from typing import Any, Mapping, Optional
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError
 from .families import FAMILIES
-from .families.spec import STACKED, UNCAST_ROLES, FamilySpec, Role
+from .families.spec import STACKED, UNCAST_ROLES, FamilySpec
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
+from .headplan import (SliceRef, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
+                       peak_memory_estimate as _peak, refuse_misfit)
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
-from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
 from .runtimes.predict import BACKBONE_HARM, Placed, predict
@@ -28,16 +29,6 @@ from .writer.safetensors_stream import TensorSpec
 FLOAT_SOURCE_DTYPES = ("BF16", "F16", "F32")
 #: a float source dtype -> the output float dtype that keeps it
 _KEEP_FLOAT = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-
-
-@dataclass(frozen=True)
-class SliceRef:
-    """A contiguous byte range [start, end) inside one source tensor, with its 2-D shape."""
-
-    src: str  # bare source key
-    start: int
-    end: int
-    shape: tuple[int, ...]
 
 
 @dataclass
@@ -105,15 +96,7 @@ class Plan:
         return out
 
     def peak_memory_estimate(self) -> int:
-        """Largest slice in float32, times the few copies one conversion step holds."""
-        biggest = 0
-        for m in self.modules:
-            for s in m.slices:
-                n = 1
-                for d in s.shape:
-                    n *= d
-                biggest = max(biggest, n * 4)
-        return 4 * biggest
+        return _peak(s for m in self.modules for s in m.slices)
 
 
 def resolve_layout(layout: str, family: str) -> str:
@@ -176,30 +159,12 @@ def resolve_experts(experts: str, rule: WriteRule, family: str, source_fmt: str)
 
 
 def parse_precision(precision: str | int) -> str | int:
-    p = str(precision).strip().lower()
-    if p in ("match", "bf16", "bfloat16", "float16", "fp16"):
-        return {"bfloat16": "bf16", "fp16": "float16"}.get(p, p)
-    if p.isascii() and p.isdigit():  # "²".isdigit() is true, int("²") is not
-        return int(p)
-    raise InputError(f"--precision must be match, bf16, float16 or a number of bits, not {precision!r}", "e.g. --precision 4")
+    """An MLX head's ``--precision`` (``headplan.parse_precision``, the one parser of both formats)."""
+    return _parse_precision(precision)
 
 
 def _target_float_dtype(target_config: Mapping[str, Any]) -> str:
     return "float16" if as_config(target_config).float_dtype_name == "float16" else "bfloat16"
-
-
-def source_expert_slices(
-    role: Role, i: int, src_fmt: str, entries: Mapping[str, TensorInfo], E: int, spec: FamilySpec
-) -> list[SliceRef]:
-    """Byte slices of the source that make up MTP layer ``i``'s stack of ``role``, expert by
-    expert."""
-    out = []
-    for e in range(E):
-        key = spec.key(role, i, e, src_fmt) if src_fmt == "per-expert" else spec.key(FUSED_OF[role], i, fmt=src_fmt)
-        info = entries[key]
-        start, end, shape = expert_span(src_fmt, role, e, E, info.shape, info.nbytes)
-        out.append(SliceRef(key, start, end, shape))
-    return out
 
 
 def validate_source_head(
@@ -263,14 +228,11 @@ def check_compatible(src_config: Mapping[str, Any], tgt_config: Mapping[str, Any
     if src_family != tgt_family:
         raise RefusedError(f"source is {src_family} but target is {tgt_family}",
                            "pass the original checkpoint of the same model as --source")
-    a, b = dims(src_config), dims(tgt_config)
-    keys = family_spec(src_config).dim_keys
-    derived = {"QD": "attention heads x head_dim", "KD": "kv heads x head_dim"}
-    for k in ("H", "QD", "KD", "I", "E", "IM", "IS", "V"):
-        label = derived.get(k) or keys.get(k, k)
-        if a.get(k) != b.get(k):
-            raise RefusedError(f"source and target differ in {label} ({a.get(k)} vs {b.get(k)}): the head would not fit",
-                               "pass the original checkpoint of the same model size as --source")
+    refuse_misfit(_fit_dims(src_config), _fit_dims(tgt_config))
+
+
+def _fit_dims(config: Mapping[str, Any]) -> dict[str, int]:
+    return {**dims(config), "layers": as_config(config).text.num_hidden_layers}
 
 
 def _spec_ok(q: QSpec) -> bool:
@@ -322,38 +284,22 @@ def build_plan(
 
 def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_fmt: str, out_fmt: str,
                   predicate: Any, float_dtype: str) -> list[OutModule]:
-    """Every output module: a stack per MTP layer and expert role when the experts are stacked,
-    else one per source tensor; norms carry the family's offset. Tensors no MLX runtime reads
-    (``FamilySpec.unread_in_mlx``) are neither fetched nor written; those mlx-lm's convert does
-    not cast (``UNCAST_ROLES``) keep the source's float dtype."""
+    """The MLX emitter: every part of the head (``headplan.head_parts``) as an output module —
+    a stack by its MLX module path, any other part by its source key. Tensors no MLX runtime
+    reads (``FamilySpec.unread_in_mlx``) are neither fetched nor written; those mlx-lm's convert
+    does not cast (``UNCAST_ROLES``) keep the source's float dtype."""
     modules: list[OutModule] = []
-    done_stacks: set[int] = set()
-    for bare in sorted(entries):
-        if bare.endswith("_scale_inv") or spec.role_of(bare) in spec.unread_in_mlx:
+    for p in head_parts(spec, entries, E, src_fmt, stack=out_fmt == STACKED, skip_roles=spec.unread_in_mlx):
+        if p.stacked:
+            assert p.role is not None
+            mod = spec.module(p.role, p.step)
+            modules.append(OutModule(mod, True, p.shape, predicate(mod, p.shape), float_dtype, False, list(p.slices)))
             continue
-        info = entries[bare]
-        parsed = parse_expert_key(bare, spec)
-        if parsed is not None and out_fmt == STACKED:
-            i = parsed[1]
-            if i in done_stacks:
-                continue
-            done_stacks.add(i)
-            for role in stack_roles(spec):
-                sl = source_expert_slices(role, i, src_fmt, entries, E, spec)
-                shape = (E,) + sl[0].shape
-                mod = spec.module(role, i)
-                modules.append(OutModule(mod, True, shape, predicate(mod, shape), float_dtype, False, sl))
-            continue
-        has_w = bare.endswith(".weight")
-        mod = bare[: -len(".weight")] if has_w else bare
-        if parsed is not None and parsed[2] is None:  # a fused stack, kept: one slice per expert
-            per = info.nbytes // info.shape[0]
-            sl = [SliceRef(bare, e * per, (e + 1) * per, info.shape[1:]) for e in range(info.shape[0])]
-        else:
-            sl = [SliceRef(bare, 0, info.nbytes, info.shape)]
-        dtype = _KEEP_FLOAT.get(info.dtype, float_dtype) if spec.role_of(bare) in UNCAST_ROLES else float_dtype
-        modules.append(OutModule(mod, has_w, info.shape, predicate(mod, info.shape), dtype,
-                                 spec.is_norm_key(bare), sl, spec.offset_of(bare)))
+        has_w = p.source.endswith(".weight")
+        mod = p.source[: -len(".weight")] if has_w else p.source
+        src_dtype = entries[p.source].dtype
+        dtype = _KEEP_FLOAT.get(src_dtype, float_dtype) if p.role in UNCAST_ROLES else float_dtype
+        modules.append(OutModule(mod, has_w, p.shape, predicate(mod, p.shape), dtype, p.norm, list(p.slices), p.offset))
     return modules
 
 
@@ -390,9 +336,7 @@ def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any],
 
 def fetch_list(plan: Plan, entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
     """Every source tensor the plan reads (FP8 scales included)."""
-    keys = {s.src for m in plan.modules for s in m.slices}
-    keys |= {f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in entries}
-    return [entries[k] for k in sorted(keys)]
+    return _fetch_slices((s for m in plan.modules for s in m.slices), entries)
 
 
 def source_bytes(infos: list[TensorInfo]) -> int:

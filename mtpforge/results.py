@@ -39,6 +39,9 @@ class AddResult:
     files_written: list[str] = field(default_factory=list)
     dry_run: Optional[DryRunFacts] = None
     inspect: Optional[dict[str, Any]] = None
+    #: what one output format adds to the report (a GGUF head: its architecture, precision, the
+    #: tensors copied from the trunk, the llama-server command that runs it)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +55,7 @@ class AddResult:
             "revision": self.revision, "notes": list(self.notes), "fetched_bytes": self.fetched_bytes,
             "manifest": self.manifest,
         }
+        d.update(self.extra)
         if self.fetch_mode is not None:
             d["fetch_mode"] = self.fetch_mode
         if self.dry_run is not None:

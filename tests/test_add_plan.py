@@ -63,6 +63,7 @@ def test_one_plan_and_execute_for_every_output_format(synth, make_target, tmp_pa
     and then the head is there."""
     from mtpforge.gguf.addmtp import GgufAddPlan
     from mtpforge.pipeline import AddPlan, execute, plan_add_mtp
+    from mtpforge.results import AddResult
     from tests.checkers import folder_state
     from tests.support.synth.gguf_trunk import synthetic_trunk
 
@@ -75,5 +76,53 @@ def test_one_plan_and_execute_for_every_output_format(synth, make_target, tmp_pa
         plan = plan_add_mtp(AddOptions.parse(source=str(hf), target=str(target)), progress=False)
         assert isinstance(plan, kind) and folder_state(parent) == before
         r = execute(plan, progress=False)
-        report = r if isinstance(r, dict) else r.as_dict()
+        assert isinstance(r, AddResult)  # one result type for every output format
+        report = r.as_dict()
         assert report["status"] == "written" and folder_state(parent) != before, report
+
+
+#: the keys docs/CONTRACT.md promises for add-mtp, written and planned
+CONTRACT_KEYS = {"target", "output", "layout", "family", "expert_format", "mtp_tensors", "mtp_bytes", "revision", "notes",
+                 "fetched_bytes", "manifest", "status", "files_written"}
+DRY_RUN_KEYS = {"dry_run", "files_to_write", "fetch_bytes", "fetch_tensors", "fetch_files", "fetch_requests",
+                "peak_memory_estimate"}
+
+
+def test_gguf_add_reports_as_the_mlx_one_does(synth, tmp_path: Path) -> None:
+    """A GGUF head's report is the AddResult an MLX one is: the contract's keys, then the GGUF's
+    own (architecture, precision, the command that runs it); planned, the dry run's facts."""
+    from mtpforge.pipeline import add_mtp
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    hf = synth.hf("qwen3_5_moe")
+    trunk = synthetic_trunk(hf, tmp_path / "gguf" / "Tiny-Qwen3_5-F32.gguf")
+    planned = add_mtp(source=str(hf), target=str(trunk), dry_run=True, progress=False)
+    assert CONTRACT_KEYS | DRY_RUN_KEYS <= set(planned) and planned["status"] == "planned" and planned["files_written"] == []
+    assert planned["peak_memory_estimate"] > 0 and planned["fetch_bytes"] > 0 and planned["tensors"]
+    written = add_mtp(source=str(hf), target=str(trunk), progress=False)
+    assert CONTRACT_KEYS <= set(written) and not DRY_RUN_KEYS & set(written), written
+    assert written["status"] == "written" and written["precision"] == "f16" and written["architecture"] == "qwen35moe"
+    assert written["mtp_tensors"] == planned["mtp_tensors"] and written["fetch_mode"]
+
+
+def test_gguf_add_takes_or_refuses_every_head_option(synth, tmp_path: Path) -> None:
+    """--experts has no GGUF meaning: refused in one line; --keep-fc-full-precision keeps the
+    fc F32 in a q8_0 head and says it has no effect on a float one — neither is dropped."""
+    from mtpforge.errors import InputError
+    from mtpforge.gguf.gguffile import read_local
+    from mtpforge.pipeline import add_mtp
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    hf = synth.hf("qwen3_5_moe")
+    trunk = synthetic_trunk(hf, tmp_path / "gguf" / "Tiny-Qwen3_5-F32.gguf")
+    for experts in ("source", "switch_mlp"):
+        with pytest.raises(InputError, match="--experts .* GGUF head's experts are stacked"):
+            add_mtp(source=str(hf), target=str(trunk), experts=experts, dry_run=True, progress=False)
+    kept = add_mtp(source=str(hf), target=str(trunk), precision="q8_0", keep_fc_full_precision=True, progress=False)
+    plain = add_mtp(source=str(hf), target=str(trunk), precision="q8_0", output=str(tmp_path / "plain.gguf"), progress=False)
+    types = {p: {n: t.type.name for n, t in read_local(r["output"]).tensors.items()} for p, r in (("kept", kept), ("plain", plain))}
+    fc = next(n for n in types["kept"] if n.endswith("nextn.eh_proj.weight"))
+    assert types["kept"][fc] == "F32" and types["plain"][fc] == "Q8_0"
+    assert {n: t for n, t in types["kept"].items() if n != fc} == {n: t for n, t in types["plain"].items() if n != fc}
+    noted = add_mtp(source=str(hf), target=str(trunk), keep_fc_full_precision=True, dry_run=True, progress=False)
+    assert any("--keep-fc-full-precision has no effect with precision f16" in n for n in noted["notes"])

@@ -52,6 +52,27 @@ def test_no_family_or_layout_comparisons_outside_the_tables():
     assert offenders == [], "ask the family/layout/runtime row instead:\n" + "\n".join(offenders)
 
 
+def test_no_hand_kept_list_of_families():
+    """A message that names the families mtpforge handles builds the list from the registry
+    (``families/unhandled.handled_model_types``): a string listing two family names by hand goes
+    stale with the next family (it said "qwen3_5, qwen3_5_moe and qwen3_next" after GLM joined)."""
+    import re
+
+    from mtpforge.families import FAMILIES
+
+    names = set(FAMILIES)
+    offenders = []
+    for path, tree in _modules(PACKAGE):
+        if path.relative_to(PACKAGE).parts[0] in TABLE_DIRS:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                hits = sorted({w for w in re.findall(r"[a-z0-9_-]+", node.value) if w in names})
+                if len(hits) >= 2:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} lists {hits}")
+    assert offenders == [], "build the list from FAMILIES instead:\n" + "\n".join(offenders)
+
+
 def test_no_function_longer_than_a_screen():
     long = []
     for path, tree in _modules(PACKAGE):

@@ -116,7 +116,7 @@ def build_context(
     cat = load_catalogue(store)
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(store.name, cat.config, "mtpforge handles the model types qwen3_5, qwen3_5_moe and qwen3_next"))
+        raise InputError(*not_handled(store.name, cat.config, "pass a model of a family mtpforge handles"))
     loc = locate_head(cat, family)
     manifest, manifest_problem = read_manifest_hint(store) if use_manifest else (None, None)
     src_hint = (

@@ -121,7 +121,7 @@ def build_head(
 
     spec = FAMILIES[family]
     head: nn.Module
-    if spec.is_nextn:
+    if spec.topology.nextn:
         from .nextn import nextn_head
 
         # the head drafts with the trunk's embedding (as MTPLX does); a release's copy is not loaded
@@ -131,10 +131,10 @@ def build_head(
         tensors = {k: v for k, v in tensors.items() if role(k) != Role.EMBED_TOKENS}
         own = any(role(k) == Role.SHARED_HEAD for k in tensors)
         head = nextn_head(spec.head_layer(), args, own, spec.mask_as_array)
-    elif spec.mlx_head_blocks:
+    elif spec.topology.mlx_blocks:
         from .hybrid import hybrid_head
 
-        head = hybrid_head(spec.head_layer(), args, "".join(spec.mlx_head_blocks))
+        head = hybrid_head(spec.head_layer(), args, "".join(spec.topology.mlx_blocks))
     else:
         head = MTPHead(family, args, 1 + max(mtp_layers_of(tensors, family), default=0))
     # MLA's kv_b_proj is stored whole; mlx-lm's layer holds it split (as MTPLX splits it on load)

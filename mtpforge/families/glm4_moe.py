@@ -11,7 +11,7 @@ GLM-4.5 ships its own ``shared_head.head`` and ``embed_tokens``; GLM-4.6 leaves 
 
 from __future__ import annotations
 
-from .spec import FamilySpec, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
+from .spec import FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: the NextN layer's own tensors (one MTP layer: no ``{i}``, the layer index is in the prefix)
 HEAD_ROWS = (
@@ -75,7 +75,7 @@ GLM4_MOE = FamilySpec(
     norm_roles=frozenset(),
     norm_offset=0.0,
     hf_head_prefix="model.layers.{N}.",
-    head_index_key="num_hidden_layers",
+    topology=Topology(index_key="num_hidden_layers"),
     # MTPLX's glm_mtp reads the sidecar in the source's own names
     head_file_prefix="model.layers.{N}.",
     mlx_head_prefixes=("model.layers.{N}.",),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .spec import FamilySpec, MlxBackbone, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
+from .spec import FamilySpec, MlxBackbone, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: the NextN tensors: the input fusion on the first source block, the final norm on the last
 HEAD_ROWS = (
@@ -139,5 +139,5 @@ NEMOTRON_H = FamilySpec(
     # trunk's routers stay F32)
     gguf_quantized_roles=frozenset({Role.ROUTER}),
     mlx_backbone=MlxBackbone(inner="backbone", embed="embeddings", final_norm="norm_f"),
-    mlx_head_blocks=("*", "E"),
+    topology=Topology(mlx_blocks=("*", "E")),
 )

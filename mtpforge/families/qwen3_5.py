@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, mlx_lm_class, mlx_lm_model
 
@@ -52,7 +53,8 @@ EXPERT_ROWS = {
         Row(Role.EXPERT_DOWN, "layers.{i}.mlp.switch_mlp.down_proj.weight", ("E", "H", "IM")),
     ),
 }
-#: config dimension -> text-config key; the rest (2H, QD, ...) are derived in ``tables.dims``
+#: config dimension -> text-config key; the rest (2H, QD, ...) are derived in ``tables.dims``,
+#: the gated query's width by ``gated_query``
 DIM_KEYS = {
     "H": "hidden_size", "NH": "num_attention_heads", "D": "head_dim", "KV": "num_key_value_heads",
     "I": "intermediate_size", "E": "num_experts", "IM": "moe_intermediate_size",
@@ -62,6 +64,11 @@ DIM_KEYS = {
 #: a raw Qwen3.5/3.6/Next release: the linear-attention conv1d unsanitized [C, 1, K], or (Qwen3-Next,
 #: whose converted experts are stacked) a per-expert backbone expert
 RAW_MARKERS = ("conv1d.weight", ".mlp.experts.0.up_proj.weight")
+
+
+def gated_query(d: Mapping[str, int]) -> dict[str, int]:
+    """Qwen's attention output gate: ``q_proj`` holds the queries and their gates, 2·NH·D rows."""
+    return {"2QD": 2 * d["QD"]}
 
 
 def is_raw_tensor(key: str, shape: tuple[int, ...]) -> bool:
@@ -95,6 +102,7 @@ QWEN3_5 = FamilySpec(
     lm_module_path=("language_model",),
     head_layer=mlx_lm_class("qwen3_5", "DecoderLayer"),
     dim_keys=DIM_KEYS,
+    derived_dims=gated_query,
     gguf_arch="qwen35",
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=is_raw_tensor,
@@ -102,5 +110,5 @@ QWEN3_5 = FamilySpec(
 
 QWEN3_5_MOE = replace(
     QWEN3_5, name="qwen3_5_moe", moe=True, mlp_rows=MOE_SHARED_ROWS, expert_rows=EXPERT_ROWS,
-    mlx_lm_classes=mlx_lm_model("qwen3_5_moe"), gguf_arch="qwen35moe",
+    mlx_lm_classes=mlx_lm_model("qwen3_5_moe"), gguf_arch="qwen35moe", example_repo="Qwen/Qwen3.5-35B-A3B",
 )

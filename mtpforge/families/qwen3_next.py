@@ -3,7 +3,7 @@ level, and a release that ships the head without declaring it in the config."""
 
 from __future__ import annotations
 
-from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS, RAW_MARKERS, is_raw_tensor
+from .qwen3_5 import DIM_KEYS, EXPERT_ROWS, HEAD_ROWS, LAYER_ROWS, MOE_SHARED_ROWS, RAW_MARKERS, gated_query, is_raw_tensor
 from .spec import QWEN3_NORM_ROLES, FamilySpec, mlx_lm_class, mlx_lm_model
 
 
@@ -30,6 +30,7 @@ QWEN3_NEXT = FamilySpec(
     lm_module_path=(),
     head_layer=mlx_lm_class("qwen3_next", "Qwen3NextDecoderLayer"),
     dim_keys=DIM_KEYS,
+    derived_dims=gated_query,
     gguf_arch="qwen3next",
     example_repo="Qwen/Qwen3-Next-80B-A3B-Instruct",
     raw_marker_suffixes=RAW_MARKERS,

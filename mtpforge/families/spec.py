@@ -120,6 +120,33 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """How a head's MTP steps sit among the model's layers: the one part of a spec that says what
+    ``{N}`` in its prefixes is, whether each step is a layer of its own, and which blocks make one
+    step (the default: Qwen's own ``mtp.`` namespace, step ``i`` at ``mtp.layers.{i}``).
+
+    Whether a head is one MTP step only (``FamilySpec.one_step``) follows from its rows (no
+    ``{i}`` in any key), so it is not said twice."""
+
+    #: text-config key whose value fills ``{N}`` in the head's prefixes: the head is a NextN
+    #: layer appended after the backbone's (GLM: ``num_hidden_layers`` -> ``model.layers.{N}.``)
+    index_key: str | None = None
+    #: every MTP step is one more layer appended after the backbone's: ``{N}`` is the first, and
+    #: step ``i`` sits at ``N + i`` (Step-3.5's three layers); its bare keys are ``{i}.`` + the
+    #: layer's key, so the rows spell ``{i}`` as Qwen's ``mtp.layers.{i}`` do
+    appended_steps: bool = False
+    #: a hybrid head's blocks as mlx-lm's block class is built for them, in order (Nemotron-H:
+    #: attention then MoE, ``("*", "E")``, what every runtime drafting it requires); empty for a
+    #: head of one decoder layer per step (``decoder/hybrid.py`` builds the others)
+    mlx_blocks: tuple[str, ...] = ()
+
+    @property
+    def nextn(self) -> bool:
+        """The head is a NextN layer appended after the backbone's (its prefix names the index)."""
+        return self.index_key is not None
+
+
+@dataclass(frozen=True)
 class MlxBackbone:
     """Where mlx-lm's model class keeps the parts a drafter shares with the backbone."""
 
@@ -147,7 +174,7 @@ class FamilySpec:
     norm_roles: frozenset[Role]
     norm_offset: float
     #: prefix of the head's keys in a raw Hugging Face checkpoint (stripped to get bare keys); a
-    #: template where ``{N}`` is the config's ``head_index_key`` (a NextN layer appended after
+    #: template where ``{N}`` is the config's ``topology.index_key`` (a NextN layer appended after
     #: the backbone's: ``model.layers.{N}.``), else a plain string (Qwen: ``mtp.``)
     hf_head_prefix: str
     #: prefixes of the head's keys inside an MLX folder's ``model*.safetensors``, stripped too
@@ -173,12 +200,8 @@ class FamilySpec:
     #: config dimension -> config key (``text_config`` level), or a tuple of keys whose values
     #: multiply (GLM's shared-expert width: ``n_shared_experts`` x ``moe_intermediate_size``)
     dim_keys: Mapping[str, "str | tuple[str, ...]"] = field(default_factory=dict)
-    #: text-config key whose value fills ``{N}`` in ``hf_head_prefix`` (GLM: ``num_hidden_layers``)
-    head_index_key: str | None = None
-    #: every MTP step is one more layer appended after the backbone's: ``{N}`` in the prefix is
-    #: the first, and step ``i`` sits at ``N + i`` (Step-3.5's three layers); its bare keys are
-    #: ``{i}.`` + the layer's key, so the rows spell ``{i}`` as Qwen's ``mtp.layers.{i}`` do
-    appended_steps: bool = False
+    #: how the MTP steps map onto layers (``Topology``)
+    topology: Topology = Topology()
     #: head tensors no MLX runtime reads, left out of MLX folders (GLM's ``embed_tokens`` copy:
     #: MTPLX drafts with the trunk's embedding; llama.cpp reads the copy, so GGUF keeps it)
     unread_in_mlx: frozenset[Role] = frozenset()
@@ -239,10 +262,6 @@ class FamilySpec:
     #: and its final norm (Nemotron-H: ``backbone`` / ``embeddings`` / ``norm_f``); the decoder
     #: taps the norm and embeds with the embedding
     mlx_backbone: MlxBackbone = MlxBackbone()
-    #: a hybrid head's blocks as mlx-lm's block class is built for them, in order (Nemotron-H:
-    #: attention then MoE, ``("*", "E")``, what every runtime drafting it requires); empty for a
-    #: head of one decoder layer (``decoder/hybrid.py`` builds the others)
-    mlx_head_blocks: tuple[str, ...] = ()
     #: the ``model_type`` of the drafter folder mlx-vlm's ``--draft-kind mtp`` loads for this
     #: family (layout ``mlx-vlm-drafter``: its ``DRAFTER_KIND_BY_MODEL_TYPE`` key); None: mlx-vlm
     #: has no drafter for it
@@ -253,11 +272,6 @@ class FamilySpec:
         """Every row belongs to MTP step 0 (no ``{i}``): the head is one MTP step whatever its
         source calls its layers (Nemotron-H's two blocks are one step), never more."""
         return not any("{i}" in r.key for r in self.rows())
-
-    @property
-    def is_nextn(self) -> bool:
-        """The head is a NextN layer appended after the backbone's (its prefix names the index)."""
-        return self.head_index_key is not None
 
     @property
     def gguf_only(self) -> bool:
@@ -321,7 +335,7 @@ class FamilySpec:
         return hit[0].role if hit else None
 
     def head_prefix(self, config: Any = None) -> str:
-        """The raw checkpoint's head prefix, ``{N}`` filled from ``config`` (``head_index_key``)."""
+        """The raw checkpoint's head prefix, ``{N}`` filled from ``config`` (``topology.index_key``)."""
         return self.fill(self.hf_head_prefix, config)
 
     def file_prefix(self, config: Any = None) -> str:
@@ -329,14 +343,15 @@ class FamilySpec:
         return self.fill(self.head_file_prefix, config)
 
     def fill(self, template: str, config: Any) -> str:
-        """``template`` with ``{N}`` (the NextN layer's index) from the config's ``head_index_key``."""
-        if self.head_index_key is None:
+        """``template`` with ``{N}`` (the NextN layer's index) from the config's ``topology.index_key``."""
+        key = self.topology.index_key
+        if key is None:
             return template
         if config is None:
-            raise ValueError(f"{self.name}'s head prefix depends on the config ({self.head_index_key})")
+            raise ValueError(f"{self.name}'s head prefix depends on the config ({key})")
         from ..inputs.model_config import as_config
 
-        return template.format(N=getattr(as_config(config).text, self.head_index_key))
+        return template.format(N=getattr(as_config(config).text, key))
 
     def head_prefixes(self, config: Any = None) -> tuple[str, ...]:
         """Every prefix a head key of this family carries: the MLX spellings, the head-only
@@ -346,13 +361,13 @@ class FamilySpec:
 
     def strip_prefix(self, key: str, config: Any = None) -> str | None:
         """The bare key of a stored head key (MLX or raw spelling), None for a backbone key."""
-        if self.appended_steps:
+        if self.topology.appended_steps:
             return self._appended_bare(key, config)
         p = next((p for p in self.head_prefixes(config) if key.startswith(p)), None)
         return None if p is None else key[len(p):]
 
     def _appended_bare(self, key: str, config: Any) -> str | None:
-        """``{i}.`` + the rest for a key of the appended layer ``N + i`` (``appended_steps``)."""
+        """``{i}.`` + the rest for a key of the appended layer ``N + i`` (``topology.appended_steps``)."""
         first = self.head_prefix(config)
         stem = self.hf_head_prefix.split("{N}")[0]
         n = int(first[len(stem):].rstrip("."))

@@ -2,7 +2,7 @@
 each a dense sliding-window Step-3.5 decoder layer plus the NextN tensors and its own shared head
 (docs/families/step3p5.md).
 
-Each MTP step is one appended layer (``appended_steps``): the release declares three
+Each MTP step is one appended layer (``Topology.appended_steps``): the release declares three
 (``num_nextn_predict_layers``), llama.cpp's converter writes them as ``blk.{N+i}``, and so does
 mtpforge. The layer's attention is the sliding-window kind: its head counts are
 ``attention_other_setting``'s, which is also what the converter appends to the per-layer arrays
@@ -15,7 +15,7 @@ GGUF only (``layouts = ()``).
 
 from __future__ import annotations
 
-from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, backbone_marker, mlx_lm_class, mlx_lm_model
+from .spec import QWEN3_NORM_ROLES, FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
 #: each appended layer carries its own NextN tensors and shared head (``transformer.`` is the
 #: release's infix), so every row is per MTP step (``{i}``: the layer ``N + i``)
@@ -77,8 +77,7 @@ STEP3P5 = FamilySpec(
     norm_roles=QWEN3_NORM_ROLES,
     norm_offset=1.0,
     hf_head_prefix="model.layers.{N}.",
-    head_index_key="num_hidden_layers",
-    appended_steps=True,
+    topology=Topology(index_key="num_hidden_layers", appended_steps=True),
     head_file_prefix="model.layers.{N}.",
     mlx_head_prefixes=(),
     count_keys=("num_nextn_predict_layers",),

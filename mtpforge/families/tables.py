@@ -98,7 +98,7 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
     kv = v("KV", nh)
     im = v("IM", 0)
     out = {
-        "H": h, "2H": 2 * h, "NH": nh, "KV": kv, "D": d, "QD": nh * d, "2QD": 2 * nh * d, "KD": kv * d,
+        "H": h, "2H": 2 * h, "NH": nh, "KV": kv, "D": d, "QD": nh * d, "KD": kv * d,
         "I": v("I", 0), "E": v("E", 0), "IM": im, "2IM": 2 * im,
         "IS": v("IS", 0), "1": 1, "V": v("V", 0),
     }

@@ -30,15 +30,21 @@ def _model_type(config: Mapping[str, Any]) -> str:
     return str(top if isinstance(top, str) and top else inner if isinstance(inner, str) else "")
 
 
-def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, str]:
-    """(message, fix) for ``what`` whose config no spec claims; ``fix`` is the caller's for a
-    model type nobody ships an MTP head for."""
+def handled_model_types() -> str:
+    """The model types mtpforge writes heads for, from the registry (never a list kept by hand)."""
     from . import FAMILIES
 
+    return ", ".join(sorted({t for s in FAMILIES.values() for t in s.model_types if not t.endswith("_mtp")}))
+
+
+def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, str]:
+    """(message, fix) for ``what`` whose config no spec claims; ``fix`` is the caller's for a
+    model type nobody ships an MTP head for (the handled model types are added to it)."""
     mt = _model_type(config)
-    handled = ", ".join(sorted({t for s in FAMILIES.values() for t in s.model_types if not t.endswith("_mtp")}))
+    handled = handled_model_types()
     known = next((u for u in UNWRITTEN if mt in u.model_types), None)
     if known is not None:
         return (f"{what} is a {known.title} model (model_type {mt!r}), whose MTP head mtpforge does not write yet",
                 f"today {known.today}; mtpforge writes heads of the model types {handled}")
-    return f"{what} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {mt!r})", fix
+    return (f"{what} is a model mtpforge writes no MTP head for (model_type {mt!r})",
+            f"{fix}: mtpforge writes heads of the model types {handled}")

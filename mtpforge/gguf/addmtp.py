@@ -30,9 +30,12 @@ from ..families.tables import dims
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..model_card import CARD, card_beside, write_atomic
+from ..headplan import fetch_list, peak_memory_estimate
+from ..options import AddOptions
 from ..progress import Progress
+from ..results import AddResult, DryRunFacts
 from .gguffile import GgufFile, read_local
-from .head import FILE_TYPES, HeadTensor, parse_precision, plan_head, tensor_chunks
+from .head import FILE_TYPES, HeadTensor, is_quantized, parse_precision, plan_head, tensor_chunks
 from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FAMILY_OF_ARCH, SHARED_TENSORS, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
@@ -153,37 +156,34 @@ def _record_trunk(mp: Path, g: "GgufAddPlan") -> None:
     _write_json(mp, obj)
 
 
-def add_mtp_gguf(
-    *, source: str, target: str, layout: str | None = None, precision: str | None = None, fetch: str = "auto",
-    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Add the source's MTP head for llama.cpp (plan, then execute); see the module docstring."""
-    plan = plan_gguf(source=source, target=target, layout=layout, precision=precision, fetch=fetch,
-                     revision=revision, output=output, dry_run=dry_run, force=force, progress=progress)
-    return execute_gguf(plan, progress=progress)
+def add_mtp_gguf(options: AddOptions | None = None, /, *, progress: bool = True, **kw: Any) -> AddResult:
+    """Add the source's MTP head for llama.cpp (plan, then execute); see the module docstring.
+    ``kw``: the fields of ``AddOptions``, as for ``pipeline.add_mtp``."""
+    return execute_gguf(plan_gguf(options or AddOptions.parse(**kw), progress=progress), progress=progress)
 
 
-def plan_gguf(
-    *, source: str, target: str, layout: str | None = None, precision: str | None = None, fetch: str = "auto",
-    revision: str | None = None, output: str | None = None, dry_run: bool = False, force: bool = False,
-    progress: bool = True,
-) -> "GgufAddPlan":
+def plan_gguf(options: AddOptions, *, progress: bool = True) -> "GgufAddPlan":
     """Read the trunk's header and the source's index and headers (no tensor data) and plan: the
-    GGUF output format's half of ``pipeline.plan_add_mtp``."""
-    if fetch not in ("auto", "ranges", "shards"):
-        raise InputError(f"--fetch must be auto, ranges or shards, not {fetch!r}", "use --fetch auto")
-    row = GGUF_LAYOUTS.get(layout or GGUF_MTP.name)
+    GGUF output format's half of ``pipeline.plan_add_mtp``. Every option is taken or refused in
+    one line; none is dropped."""
+    if options.experts != "auto":
+        raise InputError(f"--experts {options.experts} chooses an MLX folder's expert format; a GGUF head's experts are "
+                         "stacked as llama.cpp loads them (ffn_*_exps)", "leave --experts out for a .gguf target")
+    row = GGUF_LAYOUTS.get(options.layout or GGUF_MTP.name)
     if row is None:
-        raise InputError(f"the {layout} layout does not apply to a GGUF target", f"use --layout {' or '.join(GGUF_LAYOUTS)}")
-    g = _plan(source, target, row, parse_precision(precision), revision, output, Progress(enabled=progress))
-    g.source_name, g.fetch, g.dry_run, g.force = source, fetch, dry_run, force
+        raise InputError(f"the {options.layout} layout does not apply to a GGUF target",
+                         f"use --layout {' or '.join(GGUF_LAYOUTS)}")
+    # match: the head's own default (a GGUF trunk's type says nothing about the head's)
+    prec = parse_precision(None if options.precision in (None, "match") else str(options.precision))
+    g = _plan(options.source, options.target, row, prec, options.revision, options.output,
+              options.keep_fc_full_precision, Progress(enabled=progress))
+    g.source_name, g.fetch, g.dry_run, g.force = options.source, options.fetch, options.dry_run, options.force
     return g
 
 
-def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> dict[str, Any]:
+def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> AddResult:
     """Carry a plan out (or, for a dry run, report it): the GGUF output format's half of
-    ``pipeline.execute``. Returns the docs/CONTRACT.md report."""
+    ``pipeline.execute``. Returns the docs/CONTRACT.md report, as the MLX half does."""
     from ..source import planned_requests
 
     if g.dry_run:
@@ -192,27 +192,41 @@ def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> dict[str, Any]:
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
                         fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
                         fetch_requests=None if g.src.local else planned_requests(g.to_fetch),
-                        peak_memory_estimate=_peak_estimate(g.plan),
+                        peak_memory_estimate=peak_memory_estimate((s for t in g.plan for s in t.slices), 8 << 20),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
-        return g.report
+        return _result(g.report)
     with folder_lock(g.dest.parent):  # one run per target folder: the head, its record and the card
         sweep_leftovers(g.dest.parent)
         return _execute_locked(g, progress)
 
 
-def _execute_locked(g: "GgufAddPlan", progress: bool) -> dict[str, Any]:
+def _execute_locked(g: "GgufAddPlan", progress: bool) -> AddResult:
     """execute_gguf's work, with the target folder held and a killed run's leftovers swept."""
     existing = _existing(g, g.force)
     if existing == "same":
         g.report.update(status="already-present", files_written=_finish_card(g))
-        return g.report
+        return _result(g.report)
     if existing == "serves-recorded":
         g.report.update(status="already-present", files_written=[str(manifest_path(g.dest))])
         g.report["notes"].append(f"{g.dest.name} already holds this head (written for another quantization of the model; "
                                  f"the head does not depend on the trunk's type): its record now names {g.trunk.name} too")
-        return g.report
+        return _result(g.report)
     _write(g, g.source_name, g.fetch, progress, Progress(enabled=progress))
-    return g.report
+    return _result(g.report)
+
+
+#: the report's keys AddResult holds as fields (the rest are the GGUF format's own)
+_COMMON = ("target", "output", "layout", "family", "expert_format", "mtp_tensors", "mtp_bytes", "revision", "notes",
+           "manifest", "status", "fetched_bytes", "fetch_mode", "files_written")
+_DRY_RUN = ("files_to_write", "fetch_bytes", "fetch_tensors", "fetch_files", "fetch_requests", "peak_memory_estimate")
+
+
+def _result(report: dict[str, Any]) -> AddResult:
+    """The run's report as the result type both output formats return (docs/CONTRACT.md)."""
+    common = {k: report[k] for k in _COMMON if k in report}
+    dry = DryRunFacts(*(report[k] for k in _DRY_RUN)) if report.get("dry_run") else None
+    extra = {k: v for k, v in report.items() if k not in _COMMON and k not in _DRY_RUN and k != "dry_run"}
+    return AddResult(**common, dry_run=dry, extra=extra)
 
 
 @dataclass
@@ -238,7 +252,7 @@ class GgufAddPlan:
 
 
 def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | None, output: str | None,
-          prog: Progress) -> GgufAddPlan:
+          keep_fc: bool, prog: Progress) -> GgufAddPlan:
     from ..source import source_fingerprint
 
     trunk, family = _open_trunk(target)
@@ -248,18 +262,18 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
     src: SourceHead = open_source_head(source, revision)
     n_trunk = trunk.block_count
     check_trunk_matches(trunk, src, n_trunk)
-    plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format)
+    plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format, keep_fc)
     if "token_embd.weight" not in trunk.tensors:
         raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")
     dest, carried = _destination(trunk, tpath, row, prec, output)
+    full_fc = keep_fc and is_quantized(prec)
     sizes = {f: src.store.size(f) for f in {i.file for i in src.entries.values()}}
     fingerprint = {
         "source": source_fingerprint(sizes, src.entries, src.commit, src.store),
         "trunk": trunk_fingerprint(trunk),
-        "options": {"layout": row.name, "precision": prec},
+        # keep_fc is recorded only where it changes the head (earlier records stay equal)
+        "options": {"layout": row.name, "precision": prec, **({"keep_fc_full_precision": True} if full_fc else {})},
     }
-    keys = sorted({s.src for t in plan for s in t.slices})
-    keys += [f"{k}_scale_inv" for k in keys if f"{k}_scale_inv" in src.entries]
     report: dict[str, Any] = {
         "target": str(tpath), "output": str(dest), "layout": row.name, "family": family, "architecture": trunk.arch,
         "precision": prec, "expert_format": src.expert_format if src.expert_format != "none" else "none",
@@ -270,7 +284,10 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
         "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if row.beside_trunk
                 else f"llama-server -m {dest} --spec-type draft-mtp"),
     }
-    return GgufAddPlan(row, trunk, family, src, plan, carried, dest, [src.entries[k] for k in keys], fingerprint, report)
+    if keep_fc and not full_fc:
+        report["notes"].append(f"--keep-fc-full-precision has no effect with precision {prec} (nothing is quantized)")
+    return GgufAddPlan(row, trunk, family, src, plan, carried, dest, fetch_list((s for t in plan for s in t.slices), src.entries),
+                       fingerprint, report)
 
 
 def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, output: str | None) -> tuple[Path, list[Any]]:
@@ -407,17 +424,6 @@ def _norms_said(family: str) -> tuple[str, str, str]:
         return ("shifted", f"shifted (+{spec.norm_offset:g}, as llama.cpp's converter writes them)",
                 f"+{spec.norm_offset:g} on the {len(spec.norm_roles)} zero-centred MTP norm kinds, as llama.cpp's converter")
     return "raw", "raw (as stored in the source, as llama.cpp's converter writes them)", "none: the family's norms are raw"
-
-
-def _peak_estimate(plan: list[HeadTensor]) -> int:
-    biggest = 0
-    for t in plan:
-        for s in t.slices:
-            n = 1
-            for d in s.shape:
-                n *= d
-            biggest = max(biggest, n * 4)
-    return 4 * biggest + (8 << 20)
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -114,7 +114,7 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
     from that is raw, double-shifted or wrongly shifted."""
     if source is None or head.path is None:
         return "unknown", "none", []
-    from .head import _decode
+    from ..headplan import decode
     from .source import open_source_head
 
     src = open_source_head(source, revision)
@@ -129,7 +129,7 @@ def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -
         if name not in head.tensors or bare not in src.entries:
             continue
         info = src.entries[bare]
-        s = _decode(info, src.store.read_range(info.file, info.begin, info.end), tuple(info.shape), None, None)
+        s = np.array(decode(info, src.store.read_range(info.file, info.begin, info.end), tuple(info.shape), None, check=False))
         d = float(np.mean(tensor_array(head, head.tensors[name]) - s)) - want
         kinds[name] = right if abs(d) < 0.05 else "off-by-one" if abs(abs(d) - 1) < 0.05 else "other"
         if kinds[name] == "off-by-one":

@@ -180,7 +180,7 @@ def gguf_dims(get: Callable[[str], int], vocab: int, spec: FamilySpec) -> dict[s
     base = {s: get(k) for s, k in dim_keys(spec).items()}
     H, heads, kv, D, X = (base.get(s, 0) for s in ("H", "NH", "KV", "D", "IM"))
     S = get("expert_shared_feed_forward_length") or get("expert_shared_count") * X
-    out = {**base, "2H": 2 * H, "QD": heads * D, "2QD": 2 * heads * D, "KD": kv * D, "2IM": 2 * X, "IS": S, "1": 1,
+    out = {**base, "2H": 2 * H, "QD": heads * D, "KD": kv * D, "2IM": 2 * X, "IS": S, "1": 1,
            "V": vocab}
     return {**out, **(spec.derived_dims(out) if spec.derived_dims else {})}
 

@@ -10,20 +10,13 @@ from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.store import LocalStore, Store
 from ..errors import RefusedError
 from ..families import FAMILIES
-from ..families.tables import declared_mtp_layers, dims, mtp_layers_of
+from ..families.tables import dims
+from ..headplan import mtp_layer_count, refuse_misfit
 from ..inputs.model_config import as_config
 from ..layouts.detect import locate_head
 from ..plan import validate_source_head
 from .gguffile import GgufFile
 from .names import ARCH, dim_keys
-
-#: the dimensions a trunk and a source must agree on (where the family's GGUF states them), and
-#: how a refusal names each
-CHECKED_DIMS: dict[str, str] = {
-    "H": "embedding_length", "NH": "attention heads", "KV": "kv heads", "D": "head dim", "E": "expert count",
-    "RQ": "query rank", "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim",
-    "VD": "value head dim", "L": "latent size",
-}
 
 
 @dataclass
@@ -49,9 +42,13 @@ def open_source_head(source: str, revision: str | None) -> SourceHead:
     if loc.layout != "hf" or not loc.entries:
         raise RefusedError(f"source {source} has no MTP tensors ({FAMILIES[family].head_prefix(cat.config)}*)",
                            "pass the original checkpoint, which ships the head")
-    n = declared_mtp_layers(cat.config, family) or (1 + max(mtp_layers_of(loc.entries, family), default=0))
+    n = mtp_layer_count(cat.config, family, loc.entries)
     fmt = validate_source_head(cat.config, loc.entries, n)
     return SourceHead(store, cat.config, family, dict(loc.entries), n, fmt, getattr(store, "commit", None))
+
+#: the widths a trunk states per kind of layer (a dense layer's feed-forward, an expert's), which
+#: need not be the head's: not compared
+PER_LAYER_KIND = ("I", "IM")
 
 
 def check_trunk_matches(trunk: GgufFile, src: SourceHead, n_trunk: int) -> None:
@@ -59,22 +56,17 @@ def check_trunk_matches(trunk: GgufFile, src: SourceHead, n_trunk: int) -> None:
     if ARCH[src.family] != trunk.arch:
         raise RefusedError(f"source is {src.family} (llama.cpp {ARCH[src.family]}) but the trunk is {trunk.arch}",
                            "pass the original checkpoint of the trunk's model as --source")
-    tc, d = as_config(src.config).text, dims(src.config)
-    checks = [("layer count", None, tc.num_hidden_layers)] + [
-        (label, "{arch}." + key, d.get(sym) or None)
-        for sym, key in dim_keys(FAMILIES[src.family]).items() if (label := CHECKED_DIMS.get(sym))]
-    for label, key, want in checks:
-        have = n_trunk if key is None else trunk.get(key)
-        if want is None or have is None:
-            continue
-        if isinstance(have, list):
-            # a per-layer array (hybrid trunks: 0 on the layers without that part): the value
-            # the layers that have it take
-            have = max(have) if have else None
-        if int(have) != int(want):
-            raise RefusedError(f"trunk and source differ in {label} ({have} vs {want}): the head would not fit",
-                               "pass the original checkpoint of the same model size as --source")
+    src_dims = {sym: v or None for sym, v in dims(src.config).items()}
+    src_dims["layers"] = as_config(src.config).text.num_hidden_layers
     emb = trunk.tensors.get("token_embd.weight")
-    if emb is not None and d["V"] and emb.shape[0] != d["V"]:
-        raise RefusedError(f"trunk vocabulary has {emb.shape[0]} tokens, the source {d['V']}",
-                           "pass the original checkpoint of the trunk's model as --source")
+    stated = {sym: _stated(trunk.get("{arch}." + key)) for sym, key in dim_keys(FAMILIES[src.family]).items()
+              if sym not in PER_LAYER_KIND}
+    refuse_misfit(src_dims, {**stated, "layers": n_trunk, "V": emb.shape[0] if emb is not None else None}, "trunk")
+
+
+def _stated(have: object) -> int | None:
+    """A metadata value as one number: a per-layer array (hybrid trunks: 0 on the layers
+    without that part) as the value the layers that have it take."""
+    if isinstance(have, list):
+        return max(have) if have else None
+    return None if have is None else int(have)  # type: ignore[call-overload]

@@ -84,7 +84,7 @@ def _flat_bare(key: str, flat: tuple[str, ...], cat: Catalogue, family: str | No
     """The bare key of a head key stored outside the language model's namespace (a family whose
     steps are appended layers strips each layer's index itself), None for any other key."""
     spec = FAMILIES.get(family or "")
-    if spec is not None and spec.appended_steps:
+    if spec is not None and spec.topology.appended_steps:
         return spec.strip_prefix(key, cat.config)
     prefix = next((p for p in flat if key.startswith(p)), None)
     return None if prefix is None else key[len(prefix):]

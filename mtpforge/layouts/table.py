@@ -30,7 +30,7 @@ def placement(layout: str, family: str, config: Any = None) -> Placement:
     if spec.gguf_only:
         raise ValueError(f"{family} has no MLX layout: mtpforge writes its head for llama.cpp only")
     pl = LAYOUTS[layout].place(spec)
-    if spec.head_index_key is None:
+    if not spec.topology.nextn:
         return pl
     return replace(pl, prefix=spec.fill(pl.prefix, config), module_prefix=spec.fill(pl.module_prefix, config))
 

@@ -16,7 +16,9 @@ from typing import Any
 import gguf
 import numpy as np
 
+from mtpforge.families.detect import detect_family
 from mtpforge.gguf.gguffile import KV
+from mtpforge.gguf.names import ARCH
 from mtpforge.gguf.write import OutTensor, array_chunks, write_gguf
 
 U32, STR = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.STRING
@@ -30,15 +32,23 @@ def _text(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def trunk_metadata(hf: Path, qtype: str = "F32", name: str = "Tiny-Qwen3_5") -> tuple[str, dict[str, KV]]:
-    """The architecture and the metadata llama.cpp's converter would give this model's trunk."""
-    tc = _text(json.loads((hf / "config.json").read_text()))
-    moe = int(tc.get("num_experts") or 0) > 0
-    arch = "qwen35moe" if moe else "qwen35"
+    """The architecture and the metadata llama.cpp's converter would give this model's trunk
+    (another family than Qwen3.5's: its architecture, layer count and width only, which is what
+    add-mtp checks where a trunk states no more)."""
+    config = json.loads((hf / "config.json").read_text())
+    tc = _text(config)
+    arch = ARCH[detect_family(config) or ""]
     kv = {
         "general.name": KV(name, STR),
         "general.file_type": KV(int(FILE_TYPES[qtype]), U32),
         f"{arch}.block_count": KV(int(tc["num_hidden_layers"]), U32),
         f"{arch}.embedding_length": KV(int(tc["hidden_size"]), U32),
+    }
+    if arch not in ("qwen35", "qwen35moe"):
+        kv["general.quantization_version"] = KV(2, U32)
+        return arch, kv
+    moe = int(tc.get("num_experts") or 0) > 0
+    kv |= {
         f"{arch}.attention.head_count": KV(int(tc["num_attention_heads"]), U32),
         f"{arch}.attention.head_count_kv": KV(int(tc["num_key_value_heads"]), U32),
         f"{arch}.attention.key_length": KV(int(tc.get("head_dim") or tc["hidden_size"] // tc["num_attention_heads"]), U32),

@@ -1,0 +1,212 @@
+"""The head to write, in no output format's terms: one plan, two emitters.
+
+Whatever the target (an MLX folder or a llama.cpp GGUF trunk), add-mtp writes the same thing:
+the source's MTP tensors, each read as byte slices of the source (one, or E stacked expert by
+expert), decoded to float32 (block-FP8 dequantized), refused when not finite, with the norm
+offset added. This module holds that part once — the tensors (``head_parts``), the MTP layer
+count, the fit check, the fetch list, the peak estimate, the decoding and the finiteness
+refusal. ``plan.py`` (MLX layouts) and ``gguf/head.py`` (llama.cpp) only name, stack, encode
+and write what it plans, so a check added here holds for both formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+import mlx.core as mx
+
+from .checkpoint.safetensors_header import TensorInfo
+from .checkpoint.tensors import to_mx
+from .errors import InputError, RefusedError
+from .families.spec import FamilySpec, Role
+from .families.tables import declared_mtp_layers, mtp_layers_of
+from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
+from .passes.fp8 import dequantize_block_fp8
+
+#: the suffix a block-FP8 weight's scale tensor carries
+SCALE_SUFFIX = "_scale_inv"
+
+
+@dataclass(frozen=True)
+class SliceRef:
+    """A contiguous byte range [start, end) inside one source tensor, with its 2-D shape."""
+
+    src: str  # bare source key
+    start: int
+    end: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HeadPart:
+    """One tensor of the head as the source holds it: what it is (role, MTP step), where its
+    bytes are (slices: one, or one per expert when ``stacked``) and the offset its norm pass
+    adds. An emitter gives it a name and an encoding."""
+
+    source: str  # the bare source key (a stack: the key of its first expert's tensor)
+    role: Optional[Role]
+    step: int  # the MTP layer it belongs to
+    shape: tuple[int, ...]  # the whole tensor's (a stack: (E, ...))
+    slices: tuple[SliceRef, ...]
+    stacked: bool  # built here from E source slices (the output stacks experts on axis 0)
+    offset: float  # what the norm pass adds (the family's offset_of: 0 but for zero-centred norms)
+    norm: bool
+
+
+def mtp_layer_count(config: Mapping[str, Any], family: str, keys: Iterable[str]) -> int:
+    """The MTP layers of a source: what its config declares, else what its tensors hold."""
+    return declared_mtp_layers(config, family) or (1 + max(mtp_layers_of(keys, family), default=0))
+
+
+def source_expert_slices(
+    role: Role, i: int, src_fmt: str, entries: Mapping[str, TensorInfo], E: int, spec: FamilySpec
+) -> list[SliceRef]:
+    """Byte slices of the source that make up MTP layer ``i``'s stack of ``role``, expert by
+    expert."""
+    out = []
+    for e in range(E):
+        key = spec.key(role, i, e, src_fmt) if src_fmt == "per-expert" else spec.key(FUSED_OF[role], i, fmt=src_fmt)
+        info = entries[key]
+        start, end, shape = expert_span(src_fmt, role, e, E, info.shape, info.nbytes)
+        out.append(SliceRef(key, start, end, shape))
+    return out
+
+
+def head_parts(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_fmt: str, *, stack: bool,
+               skip_roles: Iterable[Role] = ()) -> list[HeadPart]:
+    """Every tensor of the head, in source-key order: a stack per MTP layer and expert role
+    when ``stack`` (gate, up, down as ``stack_roles`` orders them, at the layer's first expert
+    key), else one part per source tensor (a fused stack kept whole: one slice per expert)."""
+    parts: list[HeadPart] = []
+    skip = frozenset(skip_roles)
+    stacked_layers: set[int] = set()
+    for bare in sorted(entries):
+        if bare.endswith(SCALE_SUFFIX) or spec.role_of(bare) in skip:
+            continue
+        info = entries[bare]
+        parsed = parse_expert_key(bare, spec)
+        if parsed is not None and stack:
+            i = parsed[1]
+            if i not in stacked_layers:
+                stacked_layers.add(i)
+                parts += [_stack(spec, role, i, src_fmt, entries, E) for role in stack_roles(spec)]
+            continue
+        if parsed is not None and parsed[2] is None:  # a fused stack kept as is
+            per = info.nbytes // info.shape[0]
+            sl = tuple(SliceRef(bare, e * per, (e + 1) * per, tuple(info.shape[1:])) for e in range(info.shape[0]))
+        else:
+            sl = (SliceRef(bare, 0, info.nbytes, tuple(info.shape)),)
+        hit = spec.match(bare)
+        parts.append(HeadPart(bare, spec.role_of(bare), (hit[2] or 0) if hit else 0, tuple(info.shape), sl, False,
+                              spec.offset_of(bare), spec.is_norm_key(bare)))
+    return parts
+
+
+def _stack(spec: FamilySpec, role: Role, i: int, src_fmt: str, entries: Mapping[str, TensorInfo], E: int) -> HeadPart:
+    sl = tuple(source_expert_slices(role, i, src_fmt, entries, E, spec))
+    return HeadPart(sl[0].src, role, i, (E,) + tuple(sl[0].shape), sl, True, 0.0, False)
+
+
+#: the dimensions a head must share with the model it is grafted onto (each checked where both
+#: sides state it: two configs state them all, a GGUF trunk what its metadata holds), and how a
+#: refusal names each
+FIT_DIMS: Mapping[str, str] = {
+    "layers": "layer count", "H": "hidden size", "NH": "attention heads", "KV": "kv heads", "D": "head dim",
+    "QD": "attention heads x head_dim", "KD": "kv heads x head_dim", "I": "intermediate size", "E": "expert count",
+    "IM": "expert intermediate size", "IS": "shared expert size", "V": "vocabulary size", "RQ": "query rank",
+    "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim", "VD": "value head dim",
+    "L": "latent size",
+}
+
+
+def refuse_misfit(source: Mapping[str, Optional[int]], target: Mapping[str, Optional[int]], what: str = "target") -> None:
+    """Refuse a head of another model size before anything is downloaded: the first dimension
+    of ``FIT_DIMS`` both sides state and disagree on."""
+    for sym, label in FIT_DIMS.items():
+        a, b = source.get(sym), target.get(sym)
+        if a is not None and b is not None and int(a) != int(b):
+            raise RefusedError(f"{what} and source differ in {label} ({b} vs {a}): the head would not fit",
+                               "pass the original checkpoint of the same model size as --source")
+
+
+def fetch_list(slices: Iterable[SliceRef], entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
+    """Every source tensor the slices read, with the block-FP8 scales they need."""
+    keys = {s.src for s in slices}
+    keys |= {k + SCALE_SUFFIX for k in keys if k + SCALE_SUFFIX in entries}
+    return [entries[k] for k in sorted(keys)]
+
+
+def peak_memory_estimate(slices: Iterable[SliceRef], overhead: int = 0) -> int:
+    """Largest slice in float32, times the few copies one conversion step holds."""
+    biggest = 0
+    for s in slices:
+        n = 1
+        for d in s.shape:
+            n *= d
+        biggest = max(biggest, n * 4)
+    return 4 * biggest + overhead
+
+
+def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: mx.array | None, *,
+           check: bool = True) -> mx.array:
+    """One slice (or row block) of a source tensor as float32, block-FP8 dequantized — refused
+    when it holds NaN or Inf (``check``): quantization or a cast would launder them into
+    finite-looking bytes, so every tensor either format writes passes here."""
+    w = to_mx(TensorInfo(info.name, info.file, info.dtype, tuple(shape), 0, 0), raw)
+    if info.dtype == "F8_E4M3":
+        if scale is None:
+            raise RefusedError(f"source tensor {info.name} is FP8 without a block scale (weight_scale_inv)",
+                               "use the bf16 release of the model as --source")
+        w = dequantize_block_fp8(w, scale)
+    w = w.astype(mx.float32)
+    if check:
+        refuse_nonfinite(info.name, w)
+    return w
+
+
+def refuse_nonfinite(name: str, w: mx.array) -> None:
+    """The one finiteness check of a head's values, whatever format and encoding follows."""
+    if not mx.all(mx.isfinite(w)).item():
+        raise RefusedError(f"the source's MTP tensor {name} holds NaN or Inf values, so the source checkpoint is damaged; "
+                           "nothing was changed",
+                           "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
+
+
+def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[TensorInfo, int, int], bytes]) -> mx.array | None:
+    """The block scale of a block-FP8 source tensor (None for a float one)."""
+    sinfo = entries.get(src + SCALE_SUFFIX)
+    if entries[src].dtype != "F8_E4M3" or sinfo is None:
+        return None
+    return to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
+
+
+#: every spelling of a float precision -> the name each output format uses for it
+_FLOATS = {"bf16": "bf16", "bfloat16": "bf16", "float16": "float16", "fp16": "float16", "f16": "float16",
+           "float32": "f32", "fp32": "f32", "f32": "f32", "q8_0": "q8_0", "q8": "q8_0"}
+#: the precisions of a GGUF head (ggml types: norms and routers stay F32)
+GGUF_PRECISIONS = ("f32", "f16", "bf16", "q8_0")
+#: what a GGUF head is written in when no --precision is given (README, "llama.cpp": an f16 head
+#: drafts as well as an f32 one on every trunk quantization)
+GGUF_DEFAULT_PRECISION = "f16"
+
+
+def parse_precision(precision: str | int | None, *, gguf: bool = False) -> str | int:
+    """``--precision`` for either format, from any spelling: an MLX head's ``match``, ``bf16``,
+    ``float16`` or bits; a GGUF head's ggml type (None: its default)."""
+    p = str(GGUF_DEFAULT_PRECISION if precision is None and gguf else precision).strip().lower().replace("-", "_")
+    if gguf:
+        v = {"float16": "f16"}.get(_FLOATS.get(p, p), _FLOATS.get(p, p))
+        if v not in GGUF_PRECISIONS:
+            raise InputError(f"--precision for a GGUF must be one of {', '.join(GGUF_PRECISIONS)}, not {precision!r}",
+                             f"e.g. --precision {GGUF_DEFAULT_PRECISION}")
+        return v
+    if p == "match" or _FLOATS.get(p) in ("bf16", "float16"):
+        return p if p == "match" else _FLOATS[p]
+    if p.isascii() and p.isdigit():  # "²".isdigit() is true, int("²") is not
+        return int(p)
+    raise InputError(f"--precision must be match, bf16, float16 or a number of bits, not {precision!r}", "e.g. --precision 4")
+
+
+__all__ = ["FIT_DIMS", "HeadPart", "SliceRef", "decode", "fetch_list", "head_parts", "mtp_layer_count",
+           "parse_precision", "peak_memory_estimate", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]
