@@ -22,7 +22,7 @@ from .names import ARCH, dim_keys
 CHECKED_DIMS: dict[str, str] = {
     "H": "embedding_length", "NH": "attention heads", "KV": "kv heads", "D": "head dim", "E": "expert count",
     "RQ": "query rank", "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim",
-    "VD": "value head dim", "L": "latent size",
+    "VD": "value head dim", "L": "latent size", "IN": "indexer heads", "ID": "indexer head dim",
 }
 
 
