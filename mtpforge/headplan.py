@@ -116,7 +116,7 @@ FIT_DIMS: Mapping[str, str] = {
     "QD": "attention heads x head_dim", "KD": "kv heads x head_dim", "I": "intermediate size", "E": "expert count",
     "IM": "expert intermediate size", "IS": "shared expert size", "V": "vocabulary size", "RQ": "query rank",
     "RKV": "key/value rank", "ROPE": "rope dimensions", "QKD": "query/key head dim", "VD": "value head dim",
-    "L": "latent size",
+    "L": "latent size", "IN": "indexer heads", "ID": "indexer head dim",
 }
 
 

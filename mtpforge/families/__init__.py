@@ -5,8 +5,10 @@ Adding a family = a new module here and one entry in ``FAMILIES`` (see docs/ARCH
 
 from __future__ import annotations
 
+from .deepseek_v32 import DEEPSEEK_V32
 from .glm4_moe import GLM4_MOE
 from .glm4_moe_lite import GLM4_MOE_LITE
+from .glm_moe_dsa import GLM_MOE_DSA
 from .nemotron_h import NEMOTRON_H
 from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
 from .qwen3_next import QWEN3_NEXT
@@ -14,6 +16,7 @@ from .spec import FamilySpec, Role, Row
 from .step3p5 import STEP3P5
 
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
-FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5)}
+FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5,
+                                                  DEEPSEEK_V32, GLM_MOE_DSA)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

@@ -73,12 +73,21 @@ class Role(str, Enum):
     LATENT_UP = "latent_up_proj"
     # a head-wise attention gate (Step-3.5's ``g_proj``: one sigmoid gate per query head)
     ATTN_GATE = "attn_gate"
+    # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5): a query projection from the
+    # low-rank query, a key projection, the key's LayerNorm (weight and bias) and the per-head
+    # weights of its scores; llama.cpp loads them in the MTP block as in every other layer
+    INDEXER_Q_B = "indexer_q_b"
+    INDEXER_K = "indexer_k"
+    INDEXER_K_NORM = "indexer_k_norm"
+    INDEXER_K_NORM_BIAS = "indexer_k_norm_bias"
+    INDEXER_PROJ = "indexer_proj"
 
 
-#: every RMSNorm of a head, zero-centred in the release or not (``FamilySpec.norm_roles`` says which are)
+#: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not
+#: (``FamilySpec.norm_roles`` says which are)
 NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
-    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM, Role.Q_A_NORM, Role.KV_A_NORM,
+    Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM, Role.Q_A_NORM, Role.KV_A_NORM, Role.INDEXER_K_NORM,
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
@@ -212,6 +221,9 @@ class FamilySpec:
     mlx_drafted_by: str | None = None
     #: llama.cpp's ``general.architecture`` for this family (None: no GGUF output)
     gguf_arch: str | None = None
+    #: the architecture whose gguf-py tensor list spells this family's GGUF names, where the
+    #: gguf-py mtpforge installs predates ``gguf_arch`` (None: ``gguf_arch``'s own list)
+    gguf_names_as: str | None = None
     #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
     #: source's shard holding one is read for its header)
     raw_marker_suffixes: tuple[str, ...] = ()

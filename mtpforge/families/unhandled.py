@@ -18,7 +18,6 @@ class Unwritten:
 
 
 UNWRITTEN: tuple[Unwritten, ...] = (
-    Unwritten("DeepSeek-V3.2", ("deepseek_v32",), "llama.cpp's converter writes its NextN head (--mtp) from the whole source checkpoint"),
     Unwritten("MiMo-V2", ("mimo_v2_flash", "mimo_v2"), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
 )
 

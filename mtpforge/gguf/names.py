@@ -77,6 +77,11 @@ TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
     Role.LATENT_DOWN: (_T.MOE_LATENT_DOWN, "weight"),
     Role.LATENT_UP: (_T.MOE_LATENT_UP, "weight"),
     Role.ATTN_GATE: (_T.ATTN_GATE, "weight"),
+    Role.INDEXER_Q_B: (_T.INDEXER_ATTN_Q_B, "weight"),
+    Role.INDEXER_K: (_T.INDEXER_ATTN_K, "weight"),
+    Role.INDEXER_K_NORM: (_T.INDEXER_K_NORM, "weight"),
+    Role.INDEXER_K_NORM_BIAS: (_T.INDEXER_K_NORM, "bias"),
+    Role.INDEXER_PROJ: (_T.INDEXER_PROJ, "weight"),
 }
 #: the row a role takes in an architecture whose tensor list (gguf-py's ``MODEL_TENSORS``) lacks
 #: its default one: DeepSeek-2's layers call the post-attention norm ``ffn_norm``
@@ -100,6 +105,11 @@ def tensor_names(arch: str | None) -> dict[Role, str]:
     return {role: _relative(_row_in(role, arch), suffix) for role, (_, suffix) in TENSORS.items()}
 
 
+def family_names(spec: FamilySpec) -> dict[Role, str]:
+    """Role -> llama.cpp's name relative to ``blk.{n}.`` in the family's GGUFs."""
+    return tensor_names(spec.gguf_names_as or spec.gguf_arch)
+
+
 #: Role -> llama.cpp's name relative to ``blk.{n}.``, as most architectures spell it
 TENSOR_NAMES: dict[Role, str] = tensor_names(None)
 
@@ -109,8 +119,8 @@ TENSOR_NAMES: dict[Role, str] = tensor_names(None)
 SHARED_TENSORS: tuple[str, ...] = ("token_embd.weight", "output_norm.weight", "output.weight")
 
 #: tensors llama.cpp keeps in F32 whatever the file type (its converter's rule: norms, 1-D
-#: tensors, routers)
-F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES)))
+#: tensors, routers, the DSA indexer's head weights)
+F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES | {Role.INDEXER_PROJ})))
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -121,7 +131,7 @@ def gguf_name(bare: str, n_trunk: int, spec: FamilySpec) -> str | None:
     hit = spec.match(bare)
     if hit is None or hit[0].role in EXPERT_ROLES or hit[0].role not in TENSORS:
         return None
-    return f"blk.{n_trunk + (hit[2] or 0)}.{tensor_names(spec.gguf_arch)[hit[0].role]}"
+    return f"blk.{n_trunk + (hit[2] or 0)}.{family_names(spec)[hit[0].role]}"
 
 
 def split_names(bare: str, n_trunk: int, spec: FamilySpec) -> list[tuple[str, Role]]:
@@ -130,7 +140,7 @@ def split_names(bare: str, n_trunk: int, spec: FamilySpec) -> list[tuple[str, Ro
     hit = spec.match(bare)
     if hit is None or hit[0].role not in SPLITS:
         return []
-    names = tensor_names(spec.gguf_arch)
+    names = family_names(spec)
     return [(f"blk.{n_trunk + (hit[2] or 0)}.{names[part]}", part) for part, _ in SPLITS[hit[0].role].parts]
 
 
@@ -201,7 +211,7 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
     those a config switch turns on)."""
     want: dict[str, tuple[int, ...]] = {}
     maybe: set[str] = set()
-    names = tensor_names(spec.gguf_arch)
+    names = family_names(spec)
     rows = [*spec.head_rows, *spec.layer_rows, *spec.mlp_rows, *spec.expert_rows.get(STACKED, ())]
     for r in rows:
         split = SPLITS.get(r.role)

@@ -82,6 +82,9 @@ class _Core(BaseModel):
     qk_nope_head_dim: Optional[Dim] = Field(None, description=_DIM)
     qk_rope_head_dim: Optional[Dim] = Field(None, description=_DIM)
     v_head_dim: Optional[Dim] = Field(None, description=_DIM)
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the indexer's heads and head width
+    index_n_heads: Optional[Dim] = Field(None, description=_DIM)
+    index_head_dim: Optional[Dim] = Field(None, description=_DIM)
     # Nemotron-H's MoE: the shared expert's own width, and the latent width (Nemotron 3 Super)
     moe_shared_expert_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     moe_latent_size: Optional[Dim] = Field(None, description=_DIM)

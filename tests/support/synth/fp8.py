@@ -10,6 +10,7 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -52,19 +53,31 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], bytes
             f.write(data)
 
 
-def to_block_fp8(hf: Path, dst: Path) -> Path:
-    """A copy of ``hf`` whose MTP projections are block-FP8."""
+def _qwen_projection(name: str) -> bool:
+    return name.startswith("mtp.") and not name.endswith(("mlp.gate.weight", "shared_expert_gate.weight"))
+
+
+#: what DeepSeek's FP8 releases say in config.json (llama.cpp's converter dequantizes by it)
+FP8_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [BLOCK, BLOCK]}
+
+
+def to_block_fp8(hf: Path, dst: Path, fp8: Callable[[str], bool] = _qwen_projection, announce: bool = False) -> Path:
+    """A copy of ``hf`` whose 2-D tensors named by ``fp8`` (default: Qwen's MTP projections) are
+    block-FP8; ``announce`` also writes the release's ``quantization_config`` into config.json."""
     shutil.copytree(hf, dst)
     idx = json.loads((dst / INDEX).read_text())
+    if announce:
+        cfg = json.loads((dst / "config.json").read_text())
+        (dst / "config.json").write_text(json.dumps({**cfg, "quantization_config": FP8_CONFIG}, indent=2))
     for shard in sorted(dst.glob("*.safetensors")):
         h = read_local_header(shard, shard.name)
-        if not any(k.startswith("mtp.") for k in h.tensors):
+        if not any(fp8(k) for k in h.tensors):
             continue
         raw = shard.read_bytes()
         out: dict[str, tuple[str, list[int], bytes]] = {}
         for name, info in sorted(h.tensors.items(), key=lambda kv: kv[1].begin):
             data = raw[info.begin:info.end]
-            if name.startswith("mtp.") and len(info.shape) == 2 and not name.endswith(("mlp.gate.weight", "shared_expert_gate.weight")):
+            if fp8(name) and len(info.shape) == 2:
                 w = np.array(to_mx(info, data).astype(mx.float32))
                 codes, scale = _fp8(w)
                 out[name] = ("F8_E4M3", list(info.shape), codes)
@@ -77,4 +90,4 @@ def to_block_fp8(hf: Path, dst: Path) -> Path:
     return dst
 
 
-__all__ = ["to_block_fp8", "write_safetensors"]
+__all__ = ["FP8_CONFIG", "to_block_fp8", "write_safetensors"]
