@@ -247,7 +247,7 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     if ctx.source:
         bad = _foreign_source(ctx)  # another family's or size's source proves nothing: say so
         if bad is not None:
-            return "unknown", "source", {}, [*found, bad]
+            return "unknown", "unknown", {}, [*found, bad]
         verdicts = _exact(ctx, ctx.source, values)
         ctx.report["norm_source"] = ctx.source
         if verdicts and set(verdicts.values()) == {"unknown"}:
