@@ -5,6 +5,7 @@ Adding a family = a new module here and one entry in ``FAMILIES`` (see docs/ARCH
 
 from __future__ import annotations
 
+from .deepseek_v3 import DEEPSEEK_V3
 from .glm4_moe import GLM4_MOE
 from .glm4_moe_lite import GLM4_MOE_LITE
 from .nemotron_h import NEMOTRON_H
@@ -14,6 +15,7 @@ from .spec import FamilySpec, Role, Row
 from .step3p5 import STEP3P5
 
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
-FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5)}
+FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5,
+                                                DEEPSEEK_V3)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]
