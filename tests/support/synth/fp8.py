@@ -52,19 +52,21 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], bytes
             f.write(data)
 
 
-def to_block_fp8(hf: Path, dst: Path) -> Path:
-    """A copy of ``hf`` whose MTP projections are block-FP8."""
+def to_block_fp8(hf: Path, dst: Path, prefix: str = "mtp.", keep: tuple[str, ...] = ()) -> Path:
+    """A copy of ``hf`` whose MTP projections (keys under ``prefix``, but those named in ``keep``)
+    are block-FP8."""
     shutil.copytree(hf, dst)
     idx = json.loads((dst / INDEX).read_text())
     for shard in sorted(dst.glob("*.safetensors")):
         h = read_local_header(shard, shard.name)
-        if not any(k.startswith("mtp.") for k in h.tensors):
+        if not any(k.startswith(prefix) for k in h.tensors):
             continue
         raw = shard.read_bytes()
         out: dict[str, tuple[str, list[int], bytes]] = {}
         for name, info in sorted(h.tensors.items(), key=lambda kv: kv[1].begin):
             data = raw[info.begin:info.end]
-            if name.startswith("mtp.") and len(info.shape) == 2 and not name.endswith(("mlp.gate.weight", "shared_expert_gate.weight")):
+            if (name.startswith(prefix) and len(info.shape) == 2 and name not in keep
+                    and not name.endswith(("mlp.gate.weight", "shared_expert_gate.weight"))):
                 w = np.array(to_mx(info, data).astype(mx.float32))
                 codes, scale = _fp8(w)
                 out[name] = ("F8_E4M3", list(info.shape), codes)
