@@ -39,6 +39,28 @@ def ds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "src": src, "fp8": fp8, "mlx": mlx}
 
 
+def test_the_tiny_checkpoint_has_deepseek_v3s_config_and_fp8_layout(ds) -> None:
+    """transformers reads the config as DeepSeek-V3's (group-limited routing, YaRN); the FP8 copy
+    stores every 2-D projection of the NextN layer as F8_E4M3 with its block scale, and the
+    router, norms and vocabulary-sized copies as the bf16 release does."""
+    from transformers import AutoConfig
+
+    from mtpforge.checkpoint.safetensors_header import read_local_header
+    from tests.support.synth.deepseek_v3 import FP8_KEEP
+
+    cfg = AutoConfig.from_pretrained(ds["src"])
+    assert type(cfg).__name__ == "DeepseekV3Config" and (cfg.n_group, cfg.topk_group, cfg.n_routed_experts) == (4, 2, 8)
+    assert cfg.routed_scaling_factor == 2.5 and json.loads((ds["fp8"] / "config.json").read_text())["quantization_config"][
+        "weight_block_size"] == [128, 128]
+    infos = {k: v for f in ds["fp8"].glob("model*.safetensors") for k, v in read_local_header(f, f.name).tensors.items()}
+    head = {k: v for k, v in infos.items() if k.startswith(P)}
+    fp8 = {k for k, v in head.items() if v.dtype == "F8_E4M3"}
+    assert fp8 == {k for k, v in head.items() if len(v.shape) == 2 and k[len(P):] not in FP8_KEEP
+                   and not k.endswith("_scale_inv")}
+    assert {k + "_scale_inv" for k in fp8} == {k for k in head if k.endswith("_scale_inv")}
+    assert not any(v.dtype == "F8_E4M3" for k, v in infos.items() if not k.startswith(P))
+
+
 @pytest.mark.xdist_group("conformance")
 @pytest.mark.parametrize("source,extra", [("src", []), ("src", ["--runtime", "mtplx"]), ("fp8", []),
                                           ("fp8", ["--runtime", "mtplx"])],
