@@ -23,8 +23,9 @@ def modules(bare_keys: list[str]) -> list[str]:
 
 
 def weighted_modules(bare_keys: list[str]) -> list[str]:
-    """Modules that hold their weight: scales and biases left behind by a lost weight do not make one."""
-    return modules([k for k in bare_keys if not k.endswith((".scales", ".biases"))])
+    """Modules that hold their weight: scales and biases left behind by a lost weight do not make
+    one, nor does a block-FP8 release's ``<weight>_scale_inv`` (part of its weight's module)."""
+    return modules([k for k in bare_keys if not k.endswith((".scales", ".biases", "_scale_inv"))])
 
 
 def check(ctx: InspectContext) -> list[Finding]:

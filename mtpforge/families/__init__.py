@@ -5,6 +5,7 @@ Adding a family = a new module here and one entry in ``FAMILIES`` (see docs/ARCH
 
 from __future__ import annotations
 
+from .deepseek_v3 import DEEPSEEK_V3
 from .deepseek_v32 import DEEPSEEK_V32
 from .glm4_moe import GLM4_MOE
 from .glm4_moe_lite import GLM4_MOE_LITE
@@ -17,6 +18,6 @@ from .step3p5 import STEP3P5
 
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
 FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5,
-                                                  DEEPSEEK_V32, GLM_MOE_DSA)}
+                                                  DEEPSEEK_V3, DEEPSEEK_V32, GLM_MOE_DSA)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

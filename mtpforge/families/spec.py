@@ -224,6 +224,11 @@ class FamilySpec:
     #: the architecture whose gguf-py tensor list spells this family's GGUF names, where the
     #: gguf-py mtpforge installs predates ``gguf_arch`` (None: ``gguf_arch``'s own list)
     gguf_names_as: str | None = None
+    #: llama.cpp pre-tokenizers (``tokenizer.ggml.pre``) that tell this family's GGUFs from those
+    #: of the family registered first on the same architecture (DeepSeek-V3's ``deepseek-v3``
+    #: beside GLM-4.7-Flash's ``glm4``, both ``deepseek2``: the converter writes no other key that
+    #: differs by family rather than by size); empty: the architecture's only or first family
+    gguf_tokenizer_pre: tuple[str, ...] = ()
     #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
     #: source's shard holding one is read for its header)
     raw_marker_suffixes: tuple[str, ...] = ()

@@ -37,7 +37,7 @@ from ..results import AddResult, DryRunFacts
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, is_quantized, parse_precision, plan_head, tensor_chunks
 from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
-from .names import FAMILY_OF_ARCH, SHARED_TENSORS, handled_archs
+from .names import SHARED_TENSORS, family_of, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
 from ..writer.lock import folder_lock
 from .commit import stage_json, sweep_leftovers
@@ -93,7 +93,7 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
     if p.is_dir():
         raise InputError(f"{target} is a folder, not a GGUF file", "pass the trunk's .gguf file")
     g = read_local(p)
-    family = FAMILY_OF_ARCH.get(g.arch)
+    family = family_of(g)
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
     if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
@@ -255,13 +255,15 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
           keep_fc: bool, prog: Progress) -> GgufAddPlan:
     from ..source import source_fingerprint
 
-    trunk, family = _open_trunk(target)
+    trunk, _ = _open_trunk(target)
     tpath = trunk.path
     assert tpath is not None
     prog.step(f"reading the source {source}")
     src: SourceHead = open_source_head(source, revision)
     n_trunk = trunk.block_count
     check_trunk_matches(trunk, src, n_trunk)
+    # the source's config names the model; the trunk's architecture may be several families'
+    family = src.family
     plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format, keep_fc)
     if "token_embd.weight" not in trunk.tensors:
         raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")

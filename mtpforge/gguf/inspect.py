@@ -21,7 +21,7 @@ from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
-from .names import FAMILY_OF_ARCH, SHARED_TENSORS, block_of, expected_block, gguf_dims, handled_archs, norm_sources
+from .names import SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
 
 def _dims(g: GgufFile) -> dict[str, int]:
@@ -32,7 +32,7 @@ def _dims(g: GgufFile) -> dict[str, int]:
         return int(v or 0)
 
     emb = g.tensors.get("token_embd.weight")
-    return gguf_dims(i, emb.shape[0] if emb is not None and emb.shape else 0, FAMILIES[FAMILY_OF_ARCH[g.arch]])
+    return gguf_dims(i, emb.shape[0] if emb is not None and emb.shape else 0, FAMILIES[family_of(g)])
 
 
 def _mtp_blocks(g: GgufFile) -> list[int]:
@@ -46,7 +46,7 @@ def _source_hint(g: GgufFile, source: str | None) -> str:
         v = g.get(key)
         if isinstance(v, str) and "huggingface.co/" in v:
             return v.split("huggingface.co/", 1)[1].strip("/")
-    return f"<original Hugging Face repo, e.g. {FAMILIES[FAMILY_OF_ARCH[g.arch]].example_repo}>"
+    return f"<original Hugging Face repo, e.g. {FAMILIES[family_of(g)].example_repo}>"
 
 
 def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
@@ -82,7 +82,7 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
             if a is not None and b is not None and a.shape != b.shape:
                 out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: {n} is {list(a.shape)}, the trunk's {list(b.shape)}",
                                    "use the MTP file made for this model"))
-    want, maybe = expected_block(FAMILIES[FAMILY_OF_ARCH[head.arch]], _dims(ref))
+    want, maybe = expected_block(FAMILIES[family_of(head)], _dims(ref))
     held = {b: {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b} for b in blocks}
     for b, have in held.items():  # every MTP block that holds NextN tensors (Step-3.5: one per step)
         missing = sorted(set(want) - set(have))
@@ -232,7 +232,7 @@ def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
 def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:
     p = Path(target).expanduser()
     g = read_local(p)
-    family = FAMILY_OF_ARCH.get(g.arch)
+    family = family_of(g)
     findings: list[Finding] = []
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
@@ -341,7 +341,7 @@ def inspect_gguf_repo(store: Any, target: str, strict: bool = False) -> dict[str
     first = parsed[trunks[0]] if trunks else (parsed[mtps[0]] if mtps else None)
     report = {
         "target": target, "format": "gguf", "headers_only": True, "header_bytes_read": read_bytes,
-        "architecture": first.arch if first else None, "family": FAMILY_OF_ARCH.get(first.arch) if first else None,
+        "architecture": first.arch if first else None, "family": family_of(first) if first else None,
         "layout": entries[0]["layout"] if entries else "none", "config_mtp_layers": first.nextn_layers if first else 0,
         "mtp_tensors": entries[0].get("mtp_tensors", 0) if entries else 0, "mtp_bytes": entries[0].get("mtp_bytes", 0) if entries else 0,
         "norm_convention": "unknown", "norm_convention_from": "none", "expert_format": entries[0].get("expert_format", "none") if entries else "none",

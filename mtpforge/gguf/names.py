@@ -17,13 +17,25 @@ import gguf
 from ..families import FAMILIES
 from ..families.spec import EXPERT_ROLES, NORM_ROLES, ROUTER_ROLES, STACKED, FamilySpec, Role, Row
 from ..passes.mla import SPLITS
+from .gguffile import GgufFile
 
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
 ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
-#: a GGUF's family is read from its architecture alone; a second family on the same one
-#: (DeepSeek-V3 would share GLM-4.7-Flash's ``deepseek2``) must first be told apart by metadata
-assert len(set(ARCH.values())) == len(ARCH), f"two families share a llama.cpp architecture: {ARCH}"
-FAMILY_OF_ARCH = {v: k for k, v in ARCH.items()}
+#: llama.cpp architecture -> its families, the first registered first
+FAMILIES_OF_ARCH: dict[str, tuple[str, ...]] = {a: tuple(f for f, fa in ARCH.items() if fa == a) for a in ARCH.values()}
+#: a second family on an architecture is told from the first by its pre-tokenizer (DeepSeek-V3
+#: shares GLM-4.7-Flash's ``deepseek2``): every later one must name its own
+assert all(FAMILIES[f].gguf_tokenizer_pre for fs in FAMILIES_OF_ARCH.values() for f in fs[1:]), FAMILIES_OF_ARCH
+#: llama.cpp architecture -> the family registered first on it
+FAMILY_OF_ARCH = {a: fs[0] for a, fs in FAMILIES_OF_ARCH.items()}
+
+
+def family_of(g: GgufFile) -> str | None:
+    """The family of a GGUF: its architecture's, told apart by ``tokenizer.ggml.pre`` where
+    several families share one (a family that names the file's pre-tokenizer, else the first)."""
+    fams = FAMILIES_OF_ARCH.get(g.arch, ())
+    pre = g.get("tokenizer.ggml.pre")
+    return next((f for f in fams if pre in FAMILIES[f].gguf_tokenizer_pre), fams[0] if fams else None)
 
 
 def handled_archs(name: str, arch: str | None) -> tuple[str, str]:

@@ -30,7 +30,7 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 #: precision that both MTPLX's templates and exo's single-precision rule load (measured:
 #: tests/conformance, "default" cells)
 PORTABLE = WriteRule("sidecar", DEFAULT, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16",
-                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16",
+                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16", "deepseek_v3": "bf16",
                                                                "nemotron_h": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
@@ -52,6 +52,15 @@ _NO_GLM_FLASH = {
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not GLM-4.7-Flash",
 }
 
+#: the same for DeepSeek-V3/R1 (docs/families/deepseek_v3.md): MTPLX's deepseek_mtp drafts it
+_NO_DEEPSEEK_V3 = {
+    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not DeepSeek-V3",
+    "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not DeepSeek-V3",
+    "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not DeepSeek-V3",
+    "mlx-vlm": "mlx-vlm 0.7.10 has no DeepSeek-V3 MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE and MTP_SPLITTERS "
+               "list no deepseek_v3)",
+    "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not DeepSeek-V3",
+}
 
 #: Nemotron-H: MTPLX's nemotron_h_mtp and mlx-lm #1533 draft it; mlx-vlm 0.7.10 has a drafter
 #: mtpforge does not write yet (docs/families/nemotron_h.md)
@@ -62,9 +71,10 @@ _NO_NEMOTRON = {
 }
 
 def _not_drafted(runtime: str) -> dict[str, str]:
-    """A runtime's ``no_mtp`` entries for the GLM families and Nemotron-H."""
+    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3 and Nemotron-H."""
     nemotron = {"nemotron_h": _NO_NEMOTRON[runtime]} if runtime in _NO_NEMOTRON else {}
-    return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime], **nemotron}
+    return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime],
+            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], **nemotron}
 
 
 #: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
@@ -117,9 +127,11 @@ MTPLX = RuntimeSpec(
     "mtplx", "MTPLX", WriteRule("sidecar", QuantRule(mtplx_template_quant),
                                 quant_by_family={"glm4_moe": QuantRule(mtplx_scales_quant),
                                                  "glm4_moe_lite": QuantRule(mtplx_scales_quant),
+                                                 "deepseek_v3": QuantRule(mtplx_scales_quant),
                                                  "nemotron_h": QuantRule(mtplx_scales_quant)}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
     quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
+                 "deepseek_v3": mtplx_scales_loads,
                  "nemotron_h": mtplx_scales_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     reads_tagged_floats=False,
