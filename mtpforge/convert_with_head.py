@@ -68,9 +68,10 @@ def _check_source(hf_path: str) -> bool:
         if not (p / "config.json").is_file():
             raise InputError(f"--hf-path {hf_path} has no config.json", "pass a Hugging Face model folder (config.json and *.safetensors)")
         return True
-    if hf_path.startswith((".", "/", "~")) or hf_path.count("/") != 1:
-        raise InputError(f"--hf-path {hf_path} is neither an existing folder nor a Hugging Face repo id",
-                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
+    from .localpath import looks_local, no_such_path
+
+    if looks_local(hf_path):
+        raise InputError(no_such_path(hf_path, "--hf-path"), "pass the model's folder, or a repo id such as Qwen/Qwen3.5-27B")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:

@@ -56,7 +56,7 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     cat.refuse_damage("target")
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "mtpforge adds MTP heads to qwen3_5, qwen3_5_moe and qwen3_next models"))
+        raise InputError(*not_handled(str(target), cat.config, "pass a model folder of one of those types"))
     if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
@@ -546,11 +546,31 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
         return _remove_mtp(path, target, progress)
 
 
+def _refuse_without_manifest(path: Path, target: str) -> None:
+    """No manifest: say which of three things the folder is, each with its own exit code —
+    not a model folder (2), a model with no head at all (a second remove-mtp: 1), or a head
+    another tool wrote (1)."""
+    from .layouts.read import drafter_folder
+
+    if not (path / "config.json").is_file():
+        raise InputError(f"{target} is not a model folder (no config.json)", "pass the MLX model folder that add-mtp changed")
+    try:
+        cat = load_catalogue(LocalStore(path))
+        family = detect_family(cat.config)
+        headless = family is not None and locate_head(cat, family).layout == "none" and not drafter_folder(path).is_dir()
+    except MtpforgeError:
+        headless = False
+    if headless:
+        raise RefusedError(f"{target} holds no MTP head and no {MANIFEST}: there is nothing to remove",
+                           f"nothing to undo; `mtpforge inspect {target}` shows what the folder holds")
+    raise RefusedError(f"{target} has no {MANIFEST}: its head was not added by mtpforge",
+                       "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+
+
 def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
     manifest = read_manifest(path)
     if manifest is None:
-        raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",
-                           "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+        _refuse_without_manifest(path, target)
     undo_plan = plan_undo(path, manifest)  # checked before anything is staged
     prog = Progress(enabled=progress)
     prog.step("staging the restored folder")

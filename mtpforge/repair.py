@@ -90,7 +90,7 @@ def repair_norms(
     cat = load_catalogue(LocalStore(folder))
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "pass an MLX model folder"))
+        raise InputError(*not_handled(str(target), cat.config, "pass a model folder of one of those types"))
     cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
     spec = FAMILIES[family]
     if spec.gguf_only:

@@ -32,7 +32,8 @@ def _model_type(config: Mapping[str, Any]) -> str:
 
 def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, str]:
     """(message, fix) for ``what`` whose config no spec claims; ``fix`` is the caller's for a
-    model type nobody ships an MTP head for."""
+    model type nobody ships an MTP head for. The handled types are listed from ``FAMILIES``,
+    so no message names a stale set."""
     from . import FAMILIES
 
     mt = _model_type(config)
@@ -41,4 +42,4 @@ def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, st
     if known is not None:
         return (f"{what} is a {known.title} model (model_type {mt!r}), whose MTP head mtpforge does not write yet",
                 f"today {known.today}; mtpforge writes heads of the model types {handled}")
-    return f"{what} is not a Qwen3.5, Qwen3.6 or Qwen3-Next model (model_type {mt!r})", fix
+    return f"{what} is not a model mtpforge handles (model_type {mt!r}; it handles {handled})", fix
