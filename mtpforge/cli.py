@@ -185,7 +185,7 @@ def _print_error(e: MtpforgeError, as_json: bool, github: bool = False, command:
         sys.stdout.write(error_annotation(command, e.as_dict()) + "\n")
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Report what a checkpoint holds and its MTP problems.")
 def inspect_cmd(
     target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
@@ -301,14 +301,16 @@ def _convert_params() -> list[inspect.Parameter]:
 def _register_option_commands() -> None:
     from .options import AddOptions
 
-    app.command("add-mtp")(_with_options(_add_mtp_cmd, _option_params(AddOptions)))
-    app.command("convert")(_with_options(_convert_cmd, _convert_params()))
+    app.command("add-mtp", short_help="Put a source's MTP head into a model, atomically.")(
+        _with_options(_add_mtp_cmd, _option_params(AddOptions)))
+    app.command("convert", short_help="mlx_lm.convert that keeps the MTP head.")(
+        _with_options(_convert_cmd, _convert_params()))
 
 
 _register_option_commands()
 
 
-@app.command("remove-mtp")
+@app.command("remove-mtp", short_help="Undo add-mtp, restoring the folder byte for byte.")
 def remove_mtp_cmd(
     target: str = typer.Argument(..., help="MLX model folder that add-mtp changed."),
     as_json: bool = JsonOpt,
@@ -323,7 +325,7 @@ def remove_mtp_cmd(
                 render=render_remove, fmt=fmt, command="remove-mtp")
 
 
-@app.command("repair-norms")
+@app.command("repair-norms", short_help="Fix a foreign head's RMSNorm convention in place.")
 def repair_norms_cmd(
     target: str = typer.Argument(..., help="MLX model folder whose MTP head (not written by mtpforge) has wrong norms."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: decide exactly instead of by behaviour."),
@@ -342,17 +344,19 @@ def repair_norms_cmd(
                 as_json=as_json, debug=debug, render=render_repair, fmt=fmt, command="repair-norms")
 
 
-@app.command("verify")
+@app.command("verify", short_help="Decode with the head: identity, acceptance, speed.")
 def verify_cmd(
     target: str = typer.Argument(..., help="MLX model folder with an MTP head, or a llama.cpp .gguf trunk."),
     generate: bool = typer.Option(False, "--generate", help="Decode and measure acceptance."),
     prompt: Optional[List[str]] = typer.Option(None, "--prompt", help="Prompt (repeatable)."),
-    max_tokens: int = typer.Option(64, "--max-tokens", min=1),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1,
+                                   help="Tokens to decode per prompt (a prompt may end sooner, at end of text)."),
     depth: int = typer.Option(1, "--depth", min=1, max=8, help="Draft tokens per step."),
     hidden: str = typer.Option("auto", "--hidden", help="auto | pre | post"),
-    temp: float = typer.Option(0.0, "--temp", min=0.0),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=1.0),
+    temp: float = typer.Option(0.0, "--temp", min=0.0, help="Sampling temperature; 0 is greedy (output must be identical)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for sampling with --temp above 0 (0 to 2^32-1)."),
+    min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=100.0,
+                                         help="Fail (exit 1) below this acceptance: a fraction (0.6) or a percentage (60)."),
     record: bool = typer.Option(False, "--record", help="Write the measured variant and acceptance to the manifest."),
     llama_server: Optional[str] = typer.Option(None, "--llama-server", help="GGUF targets: the llama-server binary (default: PATH)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="GGUF targets: the MTP-only GGUF (default: the mtp-*.gguf beside it)."),
@@ -367,6 +371,7 @@ def verify_cmd(
     def call() -> dict[str, Any]:
         if hidden not in ("auto", "pre", "post"):
             raise InputError(f"--hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+        floor = min_acceptance / 100 if min_acceptance > 1 else min_acceptance  # 60 and 0.6 mean the same
         if seed is not None and not 0 <= seed < 2**32:
             raise InputError(f"--seed must be between 0 and {2**32 - 1}, not {seed}", "e.g. --seed 0")
         if report is not None:
@@ -379,7 +384,7 @@ def verify_cmd(
 
         res = verify(
             target, generate=generate, prompts=prompt or None, max_tokens=max_tokens, depth=depth,
-            hidden=hidden, temp=temp, seed=seed, min_acceptance=min_acceptance, record=record,
+            hidden=hidden, temp=temp, seed=seed, min_acceptance=floor, record=record,
             progress=not _machine(as_json, fmt), llama_server=llama_server, draft=draft,
         )
         res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
@@ -392,7 +397,7 @@ def verify_cmd(
     run_command(call, as_json=as_json, debug=debug, render=render_verify, fmt=fmt, command="verify")
 
 
-@app.command("run")
+@app.command("run", short_help="Run a recipe: add-mtp, then its checks.")
 def run_cmd(
     recipe: str = typer.Argument(..., help="Recipe YAML file."),
     validate: bool = typer.Option(False, "--validate", help="Schema and static checks only (offline)."),
@@ -412,7 +417,7 @@ def run_cmd(
 SchemaName = Enum("SchemaName", {n: n for n in ("recipe", *OUTPUT_NAMES)}, type=str)  # type: ignore[misc]
 
 
-@app.command("schema")
+@app.command("schema", short_help="Print a JSON Schema: a recipe's or an output's.")
 def schema_cmd(
     output: Optional[SchemaName] = typer.Option(  # type: ignore[valid-type]
         None, "--output", case_sensitive=False, metavar="|".join(("recipe", *OUTPUT_NAMES)),
@@ -449,7 +454,7 @@ def annotate_cmd(
         sys.stdout.write(line + "\n")
 
 
-@app.command("demo")
+@app.command("demo", short_help="The whole job on a bundled tiny model, offline.")
 def demo_cmd(
     directory: Optional[str] = typer.Argument(None, help="Work folder (default: a new temporary folder)."),
     keep: Optional[str] = typer.Option(None, "--keep", metavar="DIR",
@@ -467,7 +472,7 @@ def demo_cmd(
                 render=render_demo, fmt=fmt, command="demo")
 
 
-@app.command("env")
+@app.command("env", short_help="Versions of mtpforge and its dependencies.")
 def env_cmd(as_json: bool = JsonOpt) -> None:
     """Versions of mtpforge and its dependencies, for bug reports."""
     from .envinfo import env_info

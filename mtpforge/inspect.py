@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .checks import data, folder, index, norms, quant, runtime as runtime_check, structure, values
 from .checks.context import InspectContext, build_context, open_target_store
-from .errors import InputError
+from .errors import InputError, unknown_choice
 from .findings import ERROR, INFO, WARNING, Finding
 from .runtimes import RUNTIMES
 
@@ -41,7 +41,7 @@ def inspect_checkpoint(
     ``behaviour``: let the norm check decode with the head when nothing else decides its norms.
     """
     if runtime is not None and runtime not in RUNTIMES:
-        raise InputError(f"unknown runtime {runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
+        raise unknown_choice("--runtime", runtime, tuple(RUNTIMES))
     from .gguf.addmtp import is_gguf_path
     from .gguf.inspect import inspect_gguf, inspect_gguf_hub_repo
 

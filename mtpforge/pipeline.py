@@ -353,7 +353,10 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
     check_writable_parent(plan.dest)
     check_disk_space(plan.dest, plan.head.mtp_bytes + (1 << 20))
     prog = Progress(enabled=progress)
-    prog.step(f"fetching {len(plan.to_fetch)} MTP tensors ({source_bytes(list(plan.to_fetch)):,} bytes)")
+    from .render import human_bytes
+
+    verb = "reading" if plan.source.local else "fetching"  # a local source is read in place
+    prog.step(f"{verb} {len(plan.to_fetch)} MTP tensors ({human_bytes(source_bytes(list(plan.to_fetch)))}) from the source")
     store = plan.source.store or open_source(plan.options.source, plan.options.revision)
     read, result.fetched_bytes, result.fetch_mode = reader(store, list(plan.to_fetch), plan.options.fetch, progress)
     _write(plan, ex, read, result, prog)
@@ -578,8 +581,7 @@ def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
         apply_undo(stage, undo_plan)
         _refuse_head_left(stage, path)
         prog.step("committing")
-        stage.commit()
-    prog.done(f"removed the MTP head from {path}")
+        stage.commit()  # the rendered result says it once: "✓ removed the MTP head from ..."
     return {"target": str(path), "status": "removed", "removed": undo_plan.remove,
             "restored": sorted([*undo_plan.write, *undo_plan.link]), "kept_edits": undo_plan.kept_edits}
 
