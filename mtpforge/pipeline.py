@@ -61,7 +61,8 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
         raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
-                         f"convert it first (mlx_lm.convert --hf-path {target}), or use it as --source")
+                         f"convert it with the head kept: mtpforge convert --hf-path {target} --mlx-path <new folder> -q; "
+                         f"or use it as --source for your MLX conversion")
     cat.refuse_invalid()  # add-mtp builds on the config's quantization and rewrites the index
     return path, cat, family
 
@@ -545,8 +546,17 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
         cleanup_leftovers(path)  # a killed run's leftovers (and a half-done fallback swap) first
     if not path.is_dir():
         raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
+    from .layouts.read import drafter_folder
+
+    beside = drafter_folder(path)
+    if read_manifest(path) is None and beside.is_dir() and read_manifest(beside) is not None:
+        path, target = beside, str(beside)  # mlx-vlm's layout: the head add-mtp wrote is the sibling folder
     with folder_lock(path):
-        return _remove_mtp(path, target, progress)
+        result = _remove_mtp(path, target, progress)
+    if result["removed"] and not any(path.iterdir()):  # a drafter folder add-mtp made holds nothing now
+        path.rmdir()
+        result["folder_removed"] = True
+    return result
 
 
 def _refuse_without_manifest(path: Path, target: str) -> None:

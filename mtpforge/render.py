@@ -113,6 +113,8 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         c = nb["cost"]
         rows.append(("norm check by behaviour", f"{nb['convention']} (margin {nb['evidence_nats']} nats; "
                      f"{c['positions']} positions, {c['head_passes']} head passes, {c['seconds']:.1f} s)"))
+    if r.get("head_folder"):
+        rows.insert(0, ("head folder", r["head_folder"]))
     if r.get("norm_source"):
         rows.append(("norms compared with", r["norm_source"]))
     for note in r.get("norm_notes") or []:
@@ -195,7 +197,8 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
 
 
 def render_remove(r: dict[str, Any], console: Console) -> None:
-    console.print(f"[bold green]✓[/bold green] removed the MTP head from {escape(r['target'])}", soft_wrap=True)
+    gone = " and the folder add-mtp had made for it" if r.get("folder_removed") else ""
+    console.print(f"[bold green]✓[/bold green] removed the MTP head from {escape(r['target'])}{gone}", soft_wrap=True)
     for k in ("removed", "restored"):
         if r.get(k):
             console.print(f"  {k}: {', '.join(r[k])}")
