@@ -187,7 +187,7 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
         elif isinstance(v, float):
             v = f"{v:.2f}"
         elif k == "tokens" and r.get("prompts") and r.get("max_tokens"):
-            v = f"{v} ({r['prompts']} prompts, up to {r['max_tokens']} each)"
+            v = f"{v} ({r['prompts']} prompt{'s' if r['prompts'] != 1 else ''}, up to {r['max_tokens']} each)"
         rows.append((k, v))
     print_rows(rows, console)
     for n in r.get("notes", []):

@@ -112,3 +112,18 @@ def test_a_gguf_layout_on_a_folder_says_why_not_unknown(deep: tuple[Path, Path],
     r = cli("add-mtp", "--source", str(src), "--target", str(tgt), "--layout", value, "--dry-run", cwd=tmp_path,
             columns="120")
     assert r.returncode == 2 and "unknown layout" not in r.stderr and ".gguf" in r.stderr, r.stderr
+
+
+def test_min_acceptance_as_a_percentage_fails_after_saying_the_figure_without_a_tick(deep: tuple[Path, Path],
+                                                                                      tmp_path: Path) -> None:
+    """``--min-acceptance 60`` means 60% (as the failure prints it), and the progress line of a
+    failed floor carries no ✓; the synthetic head is untrained, so it drafts below 60%."""
+    src, tgt = deep
+    assert cli("add-mtp", "--source", str(src), "--target", str(tgt), cwd=tmp_path, columns="120").returncode == 0
+    r = cli("verify", str(tgt), "--generate", "--prompt", "hello", "--max-tokens", "8", "--min-acceptance", "60",
+            cwd=tmp_path, columns="120")
+    assert r.returncode == 1, r.stderr
+    assert "below --min-acceptance 60.0%" in r.stdout and "✓" not in r.stderr, (r.stdout, r.stderr)
+    assert "tokens" in r.stdout and "(1 prompt, up to 8 each)" in r.stdout, r.stdout
+    r = cli("verify", str(tgt), "--min-acceptance", "101", cwd=tmp_path, columns="120")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
