@@ -253,10 +253,12 @@ def render_repair(r: dict[str, Any], console: Console) -> None:
 
 def render_convert(r: dict[str, Any], console: Console) -> None:
     q = (r.get("quantization") or {}).get("default")
-    print_rows((("source", r["source"]), ("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),
-                ("quantization", f"{q['bits']}-bit, group {q['group_size']}, {q['mode']}" if q else "none"),
-                ("layout", r["layout"]), ("MTP tensors", f"{r['mtp_tensors']} ({human_bytes(r['mtp_bytes'])})"),
-                ("downloaded again for the head", human_bytes(r["fetched_bytes"]))), console)
+    rows = [("source", r["source"]), ("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),
+            ("quantization", f"{q['bits']}-bit, group {q['group_size']}, {q['mode']}" if q else "none"),
+            ("layout", r["layout"]), ("MTP tensors", f"{r['mtp_tensors']} ({human_bytes(r['mtp_bytes'])})")]
+    if not r.get("local_source"):  # a local source is read in place: nothing is downloaded
+        rows.append(("downloaded again for the head", human_bytes(r["fetched_bytes"])))
+    print_rows(rows, console)
     for note in r.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     render_findings(r.get("findings", []), console)

@@ -20,6 +20,8 @@ import pytest
 from rich.console import Console
 
 from mtpforge import render
+from mtpforge.convert_with_head import convert
+from mtpforge.recipe import run_recipe
 from mtpforge.inspect import inspect_checkpoint
 from mtpforge.pipeline import add_mtp, remove_mtp
 
@@ -57,6 +59,12 @@ def deep(tmp_path: Path, make_hf, make_target) -> tuple[Path, Path]:
     return make_hf("qwen3_5"), tgt
 
 
+def recipe(folder: Path, src: Path, tgt: Path) -> Path:
+    p = folder / "a-recipe-for-this-long-named-community-conversion.yaml"
+    p.write_text(f"source: {src}\ntarget: ./{tgt.name}\nchecks:\n  inspect: {{strict: true}}\n")
+    return p
+
+
 def test_every_result_renders_whole_at_each_width(deep: tuple[Path, Path]) -> None:
     src, tgt = deep
     results: list[tuple[str, Callable[[dict[str, Any], Console], None], dict[str, Any]]] = [
@@ -67,9 +75,13 @@ def test_every_result_renders_whole_at_each_width(deep: tuple[Path, Path]) -> No
         ("add-mtp again", render.render_add, add_mtp(source=str(src), target=str(tgt), progress=False)),
         ("inspect, head, wrong runtime", render.render_inspect, inspect_checkpoint(str(tgt), runtime="mlx-lm-mtp")),
         ("remove-mtp", render.render_remove, remove_mtp(str(tgt), progress=False)),
+        ("convert", render.render_convert, convert(str(src), str(tgt.parent / "converted-with-its-head-by-mtpforge"),
+                                                   quantize=True, progress=False)),
+        ("run --validate", render.render_run, run_recipe(str(recipe(tgt.parent, src, tgt)), validate=True, progress=False)),
     ]
     for name, fn, r in results:
         paths = [str(p) for p in (*(r.get("files_written") or []), *(r.get("files_to_write") or []))]
+        paths = [r["mlx_path"], r["source"]] if fn is render.render_convert else paths
         paths += [str(r["manifest"])] if fn is render.render_add and r.get("status") != "planned" else []
         for width in WIDTHS:
             judge(rendered(fn, r, width), paths, width)
