@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
+from .interrupts import settle
 from .output_schema import OUTPUT_NAMES
 from .runtimes import RUNTIME_NAMES
 
@@ -98,16 +99,18 @@ def run_command(
     try:
         result = fn()
     except MtpforgeError as e:
-        if debug:
+        if e.exit_code == 130:  # a command that said itself what a Ctrl-C left
+            _INTERRUPTED.append(True)
+        elif debug:
             raise
         _print_error(e, as_json, github, command)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
-        _print_error(_interrupted(), as_json, github, command)
+        _print_error(_interrupted(command), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
-        if _caused_by_interrupt(e):  # Python wrapped the Ctrl-C (an import creating a class)
-            _print_error(_interrupted(), as_json, github, command)
+        if _caused_by_interrupt(e) or settle():  # Python wrapped the Ctrl-C, or it is on its way
+            _print_error(_interrupted(command), as_json, github, command)
             raise typer.Exit(130) from None
         if debug:
             raise
@@ -118,6 +121,7 @@ def run_command(
         )
         _print_error(err, as_json, github, command)
         raise typer.Exit(2) from None
+    _DONE.append(True)
     _ignore_sigint()  # the work is done (and committed): a late Ctrl-C must not turn it into a traceback
     if hasattr(result, "as_dict"):  # a typed result: its .ok decides the exit code
         code, result = (0 if result.ok else 1), result.as_dict()
@@ -137,6 +141,8 @@ def run_command(
 
 #: set once a Ctrl-C was reported: the process then ends with 130 whatever Python thinks of it
 _INTERRUPTED: list[bool] = []
+#: set once a command's work returned (a Ctrl-C after it is not "before anything was written")
+_DONE: list[bool] = []
 
 
 def _caused_by_interrupt(e: BaseException) -> bool:
@@ -152,11 +158,15 @@ def _caused_by_interrupt(e: BaseException) -> bool:
     return False
 
 
-def _interrupted() -> MtpforgeError:
-    """What Ctrl-C left: the truth depends on whether the swap had happened."""
+def _interrupted(command: str = "") -> MtpforgeError:
+    """What Ctrl-C left: the truth depends on whether the swap had happened. The demo and
+    convert say it themselves once they began (their own folders); before that, nothing."""
     from .writer.atomic import COMMITTED
 
     _INTERRUPTED.append(True)
+    if command in ("demo", "convert"):
+        return MtpforgeError("interrupted before anything was written", "re-run the command; every folder was left as it was",
+                             code="INTERRUPTED")
     if COMMITTED:
         return MtpforgeError(f"interrupted after the change was committed: {COMMITTED[-1]} holds the new state",
                              "nothing to undo; run `mtpforge inspect` on it to see the result", code="INTERRUPTED")
@@ -509,6 +519,9 @@ def _plain_metavars(cmd: Any) -> Any:
 
 
 def main() -> None:
+    from .interrupts import install
+
+    install()
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 file name must print, not crash the report
         try:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
@@ -517,7 +530,8 @@ def main() -> None:
     try:
         _plain_metavars(typer.main.get_command(app))(prog_name="mtpforge")
     except KeyboardInterrupt:  # between typer's start and run_command, or after its output
-        _print_error(_interrupted(), "--json" in sys.argv)
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "") if not _DONE else ""
+        _print_error(_interrupted(command), "--json" in sys.argv)
         _exit_interrupted()
     except SystemExit:
         if _INTERRUPTED:

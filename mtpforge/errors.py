@@ -57,3 +57,10 @@ def unknown_choice(flag: str, value: object, values: "tuple[str, ...] | list[str
     guess = difflib.get_close_matches(str(value), list(values), n=1, cutoff=0.6)
     hint = f"did you mean {guess[0]}? " if guess else ""
     return InputError(f"{flag} {value!s} is not one of its choices", f"{hint}choices: {', '.join(values)}")
+
+
+class Interrupted(MtpforgeError):
+    """Ctrl-C, said by the command that knows what is on disk now (exit 130)."""
+
+    exit_code = 130
+    code = "INTERRUPTED"
