@@ -126,3 +126,17 @@ def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> 
         assert rc == 0 and (tgt / "mtpforge.json").is_file(), text[-3000:]
     else:
         assert "committed" in line and (tgt / "mtpforge.json").is_file(), line
+
+
+@pytest.mark.parametrize("stage", ["loading the backbone", "decoding"])
+def test_ctrl_c_in_verify(tmp_path: Path, make_hf, make_target, stage: str) -> None:
+    src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    rc, text = drive(["add-mtp", "--source", str(src), "--target", str(tgt)], tmp_path, stage="no such stage")
+    assert rc == 0, text[-3000:]
+    before = state(tgt)
+    args = ["verify", str(tgt), "--generate", "--prompt", "hello", "--max-tokens", "16"]
+    rc, text = drive(args, tmp_path, stage=stage, delay=0.2)
+    line = interrupted_line(rc, text)
+    assert "left as it was" in line and state(tgt) == before, line  # verify changes nothing
+    rc, text = drive(args, tmp_path, stage="no such stage")
+    assert rc in (0, 1) and "identical" in text, text[-3000:]  # the advice: re-run (the random head may draft badly)
