@@ -28,5 +28,9 @@ def looks_local(arg: str) -> bool:
 
 
 def no_such_path(arg: str, what: str) -> str:
-    """The message for a local-looking argument that does not exist (never a Hub lookup)."""
-    return f"{what} {arg}: no such folder (read as a local path, not a Hugging Face repo id)"
+    """The message for a local-looking argument that does not exist (never a Hub lookup); where
+    only the existing first folder made it local, it says how to mean the Hub repo instead."""
+    first = arg.split("/")[0]
+    why = (f"; ./{first}/ exists here, so it is read as a path — for the Hub repo, run from another folder"
+           if arg.count("/") == 1 and not arg.startswith((".", "/", "~")) and Path(first).is_dir() else "")
+    return f"{what} {arg}: no such folder{why}"

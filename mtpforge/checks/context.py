@@ -27,10 +27,14 @@ from ..manifest import read_manifest_hint
 
 def open_target_store(target: str, revision: str | None = None) -> Store:
     """A local folder when the path exists, else a Hub repo id."""
-    from ..localpath import looks_local
+    from ..localpath import looks_local, no_such_path
 
     p = Path(target)
     if p.exists() or looks_local(target):
+        if not p.expanduser().exists():
+            from ..errors import InputError
+
+            raise InputError(no_such_path(target, "target"), "pass the path of a model folder, or a Hub repo id (owner/name)")
         return LocalStore(p.expanduser())
     from ..checkpoint.hub import open_store
 
