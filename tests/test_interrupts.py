@@ -74,7 +74,7 @@ def state(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*"))} if folder.exists() else {}
 
 
-@pytest.mark.parametrize("stage,delay", [(None, 1.0), ("1/5", 0.5), ("3/5", 0.3), ("5/5", 1.0)])
+@pytest.mark.parametrize("stage,delay", [(None, 1.0), ("3/5", 0.3), ("5/5", 1.0)])
 def test_ctrl_c_in_the_demo(tmp_path: Path, stage: str | None, delay: float) -> None:
     work, keep = tmp_path / "work", tmp_path / "tour"
     keep.mkdir()  # one folder that existed (empty) and one the demo makes
