@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
+from .interrupts import settle
 from .output_schema import OUTPUT_NAMES
 from .runtimes import RUNTIME_NAMES
 
@@ -98,16 +99,18 @@ def run_command(
     try:
         result = fn()
     except MtpforgeError as e:
-        if debug:
+        if e.exit_code == 130:  # a command that said itself what a Ctrl-C left
+            _INTERRUPTED.append(True)
+        elif debug:
             raise
         _print_error(e, as_json, github, command)
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
-        _print_error(_interrupted(), as_json, github, command)
+        _print_error(_interrupted(command), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
-        if _caused_by_interrupt(e):  # Python wrapped the Ctrl-C (an import creating a class)
-            _print_error(_interrupted(), as_json, github, command)
+        if _caused_by_interrupt(e) or settle():  # Python wrapped the Ctrl-C, or it is on its way
+            _print_error(_interrupted(command), as_json, github, command)
             raise typer.Exit(130) from None
         if debug:
             raise
@@ -118,6 +121,7 @@ def run_command(
         )
         _print_error(err, as_json, github, command)
         raise typer.Exit(2) from None
+    _DONE.append(True)
     _ignore_sigint()  # the work is done (and committed): a late Ctrl-C must not turn it into a traceback
     if hasattr(result, "as_dict"):  # a typed result: its .ok decides the exit code
         code, result = (0 if result.ok else 1), result.as_dict()
@@ -137,6 +141,8 @@ def run_command(
 
 #: set once a Ctrl-C was reported: the process then ends with 130 whatever Python thinks of it
 _INTERRUPTED: list[bool] = []
+#: set once a command's work returned (a Ctrl-C after it is not "before anything was written")
+_DONE: list[bool] = []
 
 
 def _caused_by_interrupt(e: BaseException) -> bool:
@@ -152,11 +158,15 @@ def _caused_by_interrupt(e: BaseException) -> bool:
     return False
 
 
-def _interrupted() -> MtpforgeError:
-    """What Ctrl-C left: the truth depends on whether the swap had happened."""
+def _interrupted(command: str = "") -> MtpforgeError:
+    """What Ctrl-C left: the truth depends on whether the swap had happened. The demo and
+    convert say it themselves once they began (their own folders); before that, nothing."""
     from .writer.atomic import COMMITTED
 
     _INTERRUPTED.append(True)
+    if command in ("demo", "convert"):
+        return MtpforgeError("interrupted before anything was written", "re-run the command; every folder was left as it was",
+                             code="INTERRUPTED")
     if COMMITTED:
         return MtpforgeError(f"interrupted after the change was committed: {COMMITTED[-1]} holds the new state",
                              "nothing to undo; run `mtpforge inspect` on it to see the result", code="INTERRUPTED")
@@ -185,7 +195,7 @@ def _print_error(e: MtpforgeError, as_json: bool, github: bool = False, command:
         sys.stdout.write(error_annotation(command, e.as_dict()) + "\n")
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Report what a checkpoint holds and its MTP problems.")
 def inspect_cmd(
     target: str = typer.Argument(..., help="MLX model folder, .gguf file, or a Hugging Face repo id (headers only)."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: compare norms and shapes exactly."),
@@ -301,14 +311,16 @@ def _convert_params() -> list[inspect.Parameter]:
 def _register_option_commands() -> None:
     from .options import AddOptions
 
-    app.command("add-mtp")(_with_options(_add_mtp_cmd, _option_params(AddOptions)))
-    app.command("convert")(_with_options(_convert_cmd, _convert_params()))
+    app.command("add-mtp", short_help="Put a source's MTP head into a model, atomically.")(
+        _with_options(_add_mtp_cmd, _option_params(AddOptions)))
+    app.command("convert", short_help="mlx_lm.convert that keeps the MTP head.")(
+        _with_options(_convert_cmd, _convert_params()))
 
 
 _register_option_commands()
 
 
-@app.command("remove-mtp")
+@app.command("remove-mtp", short_help="Undo add-mtp, restoring the folder byte for byte.")
 def remove_mtp_cmd(
     target: str = typer.Argument(..., help="MLX model folder that add-mtp changed."),
     as_json: bool = JsonOpt,
@@ -323,7 +335,7 @@ def remove_mtp_cmd(
                 render=render_remove, fmt=fmt, command="remove-mtp")
 
 
-@app.command("repair-norms")
+@app.command("repair-norms", short_help="Fix a foreign head's RMSNorm convention in place.")
 def repair_norms_cmd(
     target: str = typer.Argument(..., help="MLX model folder whose MTP head (not written by mtpforge) has wrong norms."),
     source: Optional[str] = typer.Option(None, "--source", help="Original HF folder or repo: decide exactly instead of by behaviour."),
@@ -342,17 +354,19 @@ def repair_norms_cmd(
                 as_json=as_json, debug=debug, render=render_repair, fmt=fmt, command="repair-norms")
 
 
-@app.command("verify")
+@app.command("verify", short_help="Decode with the head: identity, acceptance, speed.")
 def verify_cmd(
     target: str = typer.Argument(..., help="MLX model folder with an MTP head, or a llama.cpp .gguf trunk."),
     generate: bool = typer.Option(False, "--generate", help="Decode and measure acceptance."),
     prompt: Optional[List[str]] = typer.Option(None, "--prompt", help="Prompt (repeatable)."),
-    max_tokens: int = typer.Option(64, "--max-tokens", min=1),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1,
+                                   help="Tokens to decode per prompt (a prompt may end sooner, at end of text)."),
     depth: int = typer.Option(1, "--depth", min=1, max=8, help="Draft tokens per step."),
     hidden: str = typer.Option("auto", "--hidden", help="auto | pre | post"),
-    temp: float = typer.Option(0.0, "--temp", min=0.0),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=1.0),
+    temp: float = typer.Option(0.0, "--temp", min=0.0, help="Sampling temperature; 0 is greedy (output must be identical)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for sampling with --temp above 0 (0 to 2^32-1)."),
+    min_acceptance: float = typer.Option(0.0, "--min-acceptance", min=0.0, max=100.0,
+                                         help="Fail (exit 1) below this acceptance: a fraction (0.6) or a percentage (60)."),
     record: bool = typer.Option(False, "--record", help="Write the measured variant and acceptance to the manifest."),
     llama_server: Optional[str] = typer.Option(None, "--llama-server", help="GGUF targets: the llama-server binary (default: PATH)."),
     draft: Optional[str] = typer.Option(None, "--draft", help="GGUF targets: the MTP-only GGUF (default: the mtp-*.gguf beside it)."),
@@ -367,6 +381,7 @@ def verify_cmd(
     def call() -> dict[str, Any]:
         if hidden not in ("auto", "pre", "post"):
             raise InputError(f"--hidden must be auto, pre or post, not {hidden!r}", "use --hidden auto")
+        floor = min_acceptance / 100 if min_acceptance > 1 else min_acceptance  # 60 and 0.6 mean the same
         if seed is not None and not 0 <= seed < 2**32:
             raise InputError(f"--seed must be between 0 and {2**32 - 1}, not {seed}", "e.g. --seed 0")
         if report is not None:
@@ -379,7 +394,7 @@ def verify_cmd(
 
         res = verify(
             target, generate=generate, prompts=prompt or None, max_tokens=max_tokens, depth=depth,
-            hidden=hidden, temp=temp, seed=seed, min_acceptance=min_acceptance, record=record,
+            hidden=hidden, temp=temp, seed=seed, min_acceptance=floor, record=record,
             progress=not _machine(as_json, fmt), llama_server=llama_server, draft=draft,
         )
         res.setdefault("exit_code", 0 if res.get("ok", True) else 1)
@@ -392,7 +407,7 @@ def verify_cmd(
     run_command(call, as_json=as_json, debug=debug, render=render_verify, fmt=fmt, command="verify")
 
 
-@app.command("run")
+@app.command("run", short_help="Run a recipe: add-mtp, then its checks.")
 def run_cmd(
     recipe: str = typer.Argument(..., help="Recipe YAML file."),
     validate: bool = typer.Option(False, "--validate", help="Schema and static checks only (offline)."),
@@ -412,7 +427,7 @@ def run_cmd(
 SchemaName = Enum("SchemaName", {n: n for n in ("recipe", *OUTPUT_NAMES)}, type=str)  # type: ignore[misc]
 
 
-@app.command("schema")
+@app.command("schema", short_help="Print a JSON Schema: a recipe's or an output's.")
 def schema_cmd(
     output: Optional[SchemaName] = typer.Option(  # type: ignore[valid-type]
         None, "--output", case_sensitive=False, metavar="|".join(("recipe", *OUTPUT_NAMES)),
@@ -449,7 +464,7 @@ def annotate_cmd(
         sys.stdout.write(line + "\n")
 
 
-@app.command("demo")
+@app.command("demo", short_help="The whole job on a bundled tiny model, offline.")
 def demo_cmd(
     directory: Optional[str] = typer.Argument(None, help="Work folder (default: a new temporary folder)."),
     keep: Optional[str] = typer.Option(None, "--keep", metavar="DIR",
@@ -467,7 +482,7 @@ def demo_cmd(
                 render=render_demo, fmt=fmt, command="demo")
 
 
-@app.command("env")
+@app.command("env", short_help="Versions of mtpforge and its dependencies.")
 def env_cmd(as_json: bool = JsonOpt) -> None:
     """Versions of mtpforge and its dependencies, for bug reports."""
     from .envinfo import env_info
@@ -504,6 +519,9 @@ def _plain_metavars(cmd: Any) -> Any:
 
 
 def main() -> None:
+    from .interrupts import install
+
+    install()
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 file name must print, not crash the report
         try:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
@@ -512,7 +530,8 @@ def main() -> None:
     try:
         _plain_metavars(typer.main.get_command(app))(prog_name="mtpforge")
     except KeyboardInterrupt:  # between typer's start and run_command, or after its output
-        _print_error(_interrupted(), "--json" in sys.argv)
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "") if not _DONE else ""
+        _print_error(_interrupted(command), "--json" in sys.argv)
         _exit_interrupted()
     except SystemExit:
         if _INTERRUPTED:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, get_args
 
 from .errors import InputError, MtpforgeError, RefusedError
+from .interrupts import caused_by_interrupt, settle
 from .layouts.table import LAYOUTS
 from .options import AddOptions, GgmlPrecision, HeadOptions, choices
 from .progress import Progress
@@ -68,9 +69,10 @@ def _check_source(hf_path: str) -> bool:
         if not (p / "config.json").is_file():
             raise InputError(f"--hf-path {hf_path} has no config.json", "pass a Hugging Face model folder (config.json and *.safetensors)")
         return True
-    if hf_path.startswith((".", "/", "~")) or hf_path.count("/") != 1:
-        raise InputError(f"--hf-path {hf_path} is neither an existing folder nor a Hugging Face repo id",
-                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
+    from .localpath import looks_local, no_such_path
+
+    if looks_local(hf_path):
+        raise InputError(no_such_path(hf_path, "--hf-path"), "pass the model's folder, or a repo id such as Qwen/Qwen3.5-27B")
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
@@ -200,6 +202,9 @@ def convert(
     prog = Progress(enabled=progress)
     local = _check_source(hf_path)
     stage = _staging(dst)
+    from .writer.atomic import COMMITTED
+
+    mark = len(COMMITTED)
     try:
         prog.step(f"mlx_lm.convert {hf_path}" + (f"@{opts.revision}" if opts.revision else ""))
         _run_converter(hf_path, stage, local, progress, opts.revision, quantize=quantize, q_group_size=q_group_size,
@@ -213,6 +218,14 @@ def convert(
         if dst.is_dir():
             dst.rmdir()  # an empty folder: replaced, as a new one would be
         os.replace(stage, dst)
+    except BaseException as e:
+        try:  # the handler of a Ctrl-C on its way runs at the first call here: inside this try
+            interrupted = not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            raise _interrupted(stage, dst, mark) from None
+        raise
     finally:
         if stage.exists():
             shutil.rmtree(stage, ignore_errors=True)
@@ -227,6 +240,24 @@ def convert(
         "notes": list(added.notes), "runtime": validation_runtime(opts), "findings": check["findings"],
         "exit_code": 0,
     }
+
+
+def _interrupted(stage: Path, dst: Path, mark: int) -> MtpforgeError:
+    """What a Ctrl-C left, said truly: add-mtp's commit went into the staging folder, which is
+    removed now, so only the rename into ``dst`` makes anything the user's."""
+    from .errors import Interrupted
+    from .interrupts import shielded
+    from .writer.atomic import COMMITTED
+
+    del COMMITTED[mark:]
+    with shielded():
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+    if (dst / "mtpforge.json").is_file():
+        return Interrupted(f"interrupted after the conversion was complete: {dst} holds the model with its head",
+                           f"nothing to undo; `mtpforge inspect {dst}` shows it")
+    return Interrupted(f"interrupted: nothing was written to {dst} (the partial conversion was removed)",
+                       "re-run the command")
 
 
 def _run_converter(hf_path: str, stage: Path, local: bool, progress: bool, revision: str | None, **flags: Any) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
-from .errors import InputError
+from .errors import InputError, MtpforgeError
+from .interrupts import caused_by_interrupt, settle
 
 BUNDLED_MODEL = "tiny-qwen3_5"
 TARGET_NAME = "tiny-qwen3_5-4bit"
@@ -73,6 +74,9 @@ class _Narrator:
             self.console.print(text)
 
     def step(self, title: str, command: str) -> None:
+        from .interrupts import check
+
+        check()  # a Ctrl-C a library's finalizer swallowed stops the demo here
         self.n += 1
         self.say()
         self.say(f"[bold cyan]{self.n}/{self.total}[/bold cyan] [bold]{title}[/bold]")
@@ -210,7 +214,49 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     src = Path(source).resolve() if source else tiny_model_path()
     if not (src / "config.json").is_file():
         raise InputError(f"{src} is not a Hugging Face model folder (no config.json)", "pass a folder with config.json and its weights")
+    # what each folder was before the demo (absent, or empty): a Ctrl-C puts them back so
+    made = [(p, p.exists()) for p in (Path(d).expanduser() for d in (directory, keep) if d is not None)]
     work = _make_work_dir(directory)
+    if directory is None:
+        made.append((work, False))
+    try:
+        return _run_steps(work, src, keep, progress, temporary=directory is None)
+    except BaseException as e:
+        try:  # the handler of a Ctrl-C on its way runs at the first call here: inside this try
+            interrupted = not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            raise _interrupted(made) from None
+        raise
+
+
+def _interrupted(made: list[tuple[Path, bool]]) -> MtpforgeError:
+    """Ctrl-C: every folder the demo made is removed, every empty folder it filled is emptied
+    again (everything in it is the demo's: it refuses a folder that is not empty), so that
+    re-running the same command works."""
+    import shutil
+
+    from .errors import Interrupted
+    from .interrupts import shielded
+
+    with shielded():
+        for folder, existed in made:
+            if not folder.is_dir():
+                continue
+            if not existed:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            for child in folder.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+    said = "; ".join(f"{f} is empty again" if existed else f"{f} was removed" for f, existed in made)
+    return Interrupted(f"interrupted: the demo removed what it had made ({said})", "re-run the command")
+
+
+def _run_steps(work: Path, src: Path, keep: str | None, progress: bool, *, temporary: bool) -> dict[str, Any]:
     target = work / TARGET_NAME
     say = _Narrator(progress, 5)
     say.say("[bold]mtpforge demo[/bold]: put the MTP head back into an MLX model that lost it, offline, on a tiny trained model")
@@ -232,7 +278,13 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
         say.say("    mtpforge inspect ./Qwen3.5-27B-4bit")
         say.say("    mtpforge add-mtp --source Qwen/Qwen3.5-27B --target ./Qwen3.5-27B-4bit")
         say.say("    mtpforge verify ./Qwen3.5-27B-4bit --generate")
-        say.say(f"The demo's files stay in {work}; delete the folder when you are done.")
+        if temporary and kept:  # the tour's folders are what was asked to stay
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+            say.say(f"The demo's temporary work folder {work} was removed.")
+        else:
+            say.say(f"The demo's files stay in {work}; delete the folder when you are done.")
         if kept:
             say.say(f"For the tour: the source is in {kept['source']}, the conversion without its head in "
                     f"{kept['target']}.")

@@ -47,3 +47,20 @@ class RefusedError(MtpforgeError):
 
     exit_code = 1
     code = "REFUSED"
+
+
+def unknown_choice(flag: str, value: object, values: "tuple[str, ...] | list[str]") -> InputError:
+    """One wording for a value an option does not take, wherever it is checked (the CLI, the
+    API, inspect): the value, the closest choice, then the choices once."""
+    import difflib
+
+    guess = difflib.get_close_matches(str(value), list(values), n=1, cutoff=0.6)
+    hint = f"did you mean {guess[0]}? " if guess else ""
+    return InputError(f"{flag} {value!s} is not one of its choices", f"{hint}choices: {', '.join(values)}")
+
+
+class Interrupted(MtpforgeError):
+    """Ctrl-C, said by the command that knows what is on disk now (exit 130)."""
+
+    exit_code = 130
+    code = "INTERRUPTED"

@@ -8,11 +8,13 @@ in order over one context; each adds findings and fills in its part of the repor
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Callable
 
 from .checks import data, drafts, folder, index, norms, quant, runtime as runtime_check, structure, values
 from .checks.context import InspectContext, build_context, open_target_store
-from .errors import InputError
+from .errors import InputError, unknown_choice
 from .findings import ERROR, INFO, WARNING, Finding
 from .runtimes import RUNTIMES
 
@@ -42,7 +44,7 @@ def inspect_checkpoint(
     ``behaviour``: let the norm check decode with the head when nothing else decides its norms.
     """
     if runtime is not None and runtime not in RUNTIMES:
-        raise InputError(f"unknown runtime {runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
+        raise unknown_choice("--runtime", runtime, tuple(RUNTIMES))
     from .gguf.addmtp import is_gguf_path
     from .gguf.inspect import inspect_gguf, inspect_gguf_hub_repo
 
@@ -55,10 +57,36 @@ def inspect_checkpoint(
     ctx = build_context(target, store, revision=revision, source=source, source_revision=source_revision, runtime=runtime,
                         mlx_lm_version=mlx_lm_version, data_checks=data_checks, use_manifest=use_manifest,
                         behaviour=behaviour)
+    drafter = _drafter_beside(store, ctx.report)
+    if drafter is not None:  # mlx-vlm's layout: the head is the sibling folder, as verify finds it
+        report = inspect_checkpoint(str(drafter), source=source, runtime=runtime, strict=strict,
+                                    source_revision=source_revision, mlx_lm_version=mlx_lm_version,
+                                    data_checks=data_checks, use_manifest=use_manifest, behaviour=behaviour)
+        report["head_folder"] = report["target"]
+        report["target"] = target
+        return report
     findings: list[Finding] = []
     for check in CHECKS:
         findings += check(ctx)
     return _finish(ctx.report, findings, strict)
+
+
+def _drafter_beside(store: Any, report: dict[str, Any]) -> Path | None:
+    """``<target>-mtp-drafter`` when the target folder holds no head and that sibling is an
+    mlx-vlm drafter: inspect then judges the head where mlx-vlm (and verify) read it, instead
+    of reporting the model headless and advising a second head."""
+    from .checkpoint.store import LocalStore
+    from .layouts.read import drafter_folder
+    from .layouts.table import is_drafter_type
+
+    if not isinstance(store, LocalStore) or report.get("layout") != "none" or report.get("mtp_tensors"):
+        return None
+    d = drafter_folder(Path(store.root))
+    try:
+        config = json.loads((d / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(config, dict) and is_drafter_type(config.get("model_type")) else None
 
 
 def _finish(report: dict[str, Any], findings: list[Finding], strict: bool) -> dict[str, Any]:

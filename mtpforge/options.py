@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional, TypeVar, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
-from .errors import InputError
+from .errors import InputError, unknown_choice
 from .layouts.table import GGUF_LAYOUT_NAMES, LAYOUT_NAMES
 from .passes.quantize import AFFINE_BITS
 from .runtimes import RUNTIME_NAMES
@@ -87,6 +87,8 @@ class HeadOptions(BaseModel):
             name = str(err["loc"][0]) if err["loc"] else "options"
             flag = "--" + name.replace("_", "-")
             return_choices = choices(name) if name in AddOptions.model_fields else ()
+            if err["type"] == "literal_error" and return_choices:
+                raise unknown_choice(flag, err["input"], return_choices) from None
             fix = f"use one of: {', '.join(return_choices)}" if return_choices else f"see `mtpforge add-mtp --help` for {flag}"
             raise InputError(f"{flag}: {err['msg']}", fix) from None
 

@@ -56,12 +56,13 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     cat.refuse_damage("target")
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "pass the MLX folder of a model mtpforge adds heads to"))
+        raise InputError(*not_handled(str(target), cat.config, "pass a model folder of one of those types"))
     if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
         raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
-                         f"convert it first (mlx_lm.convert --hf-path {target}), or use it as --source")
+                         f"convert it with the head kept: mtpforge convert --hf-path {target} --mlx-path <new folder> -q; "
+                         f"or use it as --source for your MLX conversion")
     cat.refuse_invalid()  # add-mtp builds on the config's quantization and rewrites the index
     return path, cat, family
 
@@ -348,7 +349,10 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
     check_writable_parent(plan.dest)
     check_disk_space(plan.dest, plan.head.mtp_bytes + (1 << 20))
     prog = Progress(enabled=progress)
-    prog.step(f"fetching {len(plan.to_fetch)} MTP tensors ({source_bytes(list(plan.to_fetch)):,} bytes)")
+    from .render import human_bytes
+
+    verb = "reading" if plan.source.local else "fetching"  # a local source is read in place
+    prog.step(f"{verb} {len(plan.to_fetch)} MTP tensors ({human_bytes(source_bytes(list(plan.to_fetch)))}) from the source")
     store = plan.source.store or open_source(plan.options.source, plan.options.revision)
     read, result.fetched_bytes, result.fetch_mode = reader(store, list(plan.to_fetch), plan.options.fetch, progress)
     _write(plan, ex, read, result, prog)
@@ -570,8 +574,38 @@ def remove_mtp(target: str, *, progress: bool = True) -> dict[str, Any]:
         cleanup_leftovers(path)  # a killed run's leftovers (and a half-done fallback swap) first
     if not path.is_dir():
         raise InputError(f"{target} is not a folder", "pass the model folder that add-mtp changed")
+    from .layouts.read import drafter_folder
+
+    beside = drafter_folder(path)
+    if read_manifest(path) is None and beside.is_dir() and read_manifest(beside) is not None:
+        path, target = beside, str(beside)  # mlx-vlm's layout: the head add-mtp wrote is the sibling folder
     with folder_lock(path):
-        return _remove_mtp(path, target, progress)
+        result = _remove_mtp(path, target, progress)
+    if result["removed"] and not any(path.iterdir()):  # a drafter folder add-mtp made holds nothing now
+        path.rmdir()
+        result["folder_removed"] = True
+    return result
+
+
+def _refuse_without_manifest(path: Path, target: str) -> None:
+    """No manifest: say which of three things the folder is, each with its own exit code —
+    not a model folder (2), a model with no head at all (a second remove-mtp: 1), or a head
+    another tool wrote (1)."""
+    from .layouts.read import drafter_folder
+
+    if not (path / "config.json").is_file():
+        raise InputError(f"{target} is not a model folder (no config.json)", "pass the MLX model folder that add-mtp changed")
+    try:
+        cat = load_catalogue(LocalStore(path))
+        family = detect_family(cat.config)
+        headless = family is not None and locate_head(cat, family).layout == "none" and not drafter_folder(path).is_dir()
+    except MtpforgeError:
+        headless = False
+    if headless:
+        raise RefusedError(f"{target} holds no MTP head and no {MANIFEST}: there is nothing to remove",
+                           f"nothing to undo; `mtpforge inspect {target}` shows what the folder holds")
+    raise RefusedError(f"{target} has no {MANIFEST}: its head was not added by mtpforge",
+                       "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
 
 
 def _gguf_undo(path: Path) -> bool:
@@ -589,8 +623,7 @@ def _gguf_undo(path: Path) -> bool:
 def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
     manifest = read_manifest(path)
     if manifest is None:
-        raise RefusedError(f"{target} has no {MANIFEST}: its head (if any) was not added by mtpforge",
-                           "remove-mtp only undoes mtpforge's own changes; use add-mtp --force to replace a foreign head")
+        _refuse_without_manifest(path, target)
     undo_plan = plan_undo(path, manifest)  # checked before anything is staged
     prog = Progress(enabled=progress)
     prog.step("staging the restored folder")
@@ -598,8 +631,7 @@ def _remove_mtp(path: Path, target: str, progress: bool) -> dict[str, Any]:
         apply_undo(stage, undo_plan)
         _refuse_head_left(stage, path)
         prog.step("committing")
-        stage.commit()
-    prog.done(f"removed the MTP head from {path}")
+        stage.commit()  # the rendered result says it once: "✓ removed the MTP head from ..."
     return {"target": str(path), "status": "removed", "removed": undo_plan.remove,
             "restored": sorted([*undo_plan.write, *undo_plan.link]), "kept_edits": undo_plan.kept_edits}
 

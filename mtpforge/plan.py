@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
-from .errors import CorruptFileError, InputError, RefusedError
+from .errors import CorruptFileError, InputError, RefusedError, unknown_choice
 from .families import FAMILIES
 from .families.spec import STACKED, UNCAST_ROLES, FamilySpec
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
@@ -19,7 +19,7 @@ from .headplan import (SliceRef, fetch_list as _fetch_slices, head_parts, parse_
                        peak_memory_estimate as _peak, refuse_misfit)
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
-from .layouts.table import LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
+from .layouts.table import GGUF_LAYOUT_NAMES, LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
 from .passes.quantize import QSpec, check_qspec, quantized_shapes
 from .runtimes import LAYOUT_WRITES, PORTABLE, RUNTIMES, HeadFacts, OutputFormat, QuantAsk, WriteRule
 from .runtimes.predict import BACKBONE_HARM, Placed, predict
@@ -102,7 +102,10 @@ class Plan:
 def resolve_layout(layout: str, family: str) -> str:
     fam = FAMILIES[family]
     if layout not in LAYOUT_NAMES:
-        raise InputError(f"unknown layout {layout!r}", f"use one of: {', '.join(LAYOUT_NAMES)}")
+        if layout in GGUF_LAYOUT_NAMES:
+            raise InputError(f"--layout {layout} is for a llama.cpp .gguf target, and this target is an MLX folder",
+                             f"for an MLX folder use one of: {', '.join(LAYOUT_NAMES)}")
+        raise unknown_choice("--layout", layout, LAYOUT_NAMES)
     if fam.gguf_only:
         raise InputError(*fam.gguf_only_refusal("not into an MLX folder", "pass the trunk's .gguf as --target"))
     if layout not in fam.layouts:

@@ -15,6 +15,9 @@ class Progress:
         self.console = Console(stderr=True)
 
     def step(self, text: str) -> None:
+        from .interrupts import check
+
+        check()  # a Ctrl-C a library's finalizer swallowed stops the command here
         if self.enabled:
             self.console.print(f"[bold cyan]•[/bold cyan] {text}")
 

@@ -477,8 +477,9 @@ def run_recipe(path: str, *, validate: bool = False, dry_run: bool = False, prog
         raise loaded.problem(("source",), f"the folder {loaded.source} does not exist",
                              "fix the path (relative to the recipe's folder) or use a Hugging Face repo id")
     if not loaded.target.is_dir() and not (loaded.target.suffix == ".gguf" and loaded.target.is_file()):
-        raise loaded.problem(("target",), f"the folder {loaded.target} does not exist",
-                             "make or download the MLX model first (e.g. hf download mlx-community/<model>-4bit --local-dir <target>)")
+        raise loaded.problem(("target",), f"the folder {loaded.target} does not exist (relative paths resolve against the recipe's folder)",
+                             "make or download the MLX model there first (e.g. hf download mlx-community/<model>-4bit --local-dir <target>), "
+                             "or copy the recipe beside the model folder")
 
     from .pipeline import add_mtp
     from .progress import Progress

@@ -1,19 +1,60 @@
-"""Human output (rich) for each command's result dict. JSON output never passes through here."""
+"""Human output (rich) for each command's result dict. JSON output never passes through here.
+
+One interface for every command: no title repeating the command line, one success line, sizes
+with units, and tables whose cells never split a path or a word: a table that cannot keep every
+word whole at the console's width (80 columns, a CI log's pipe) is printed as plain lines
+instead, which the terminal wraps and a copy keeps whole (:func:`print_table`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from .checks.basis import norm_convention_text
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _human_bytes(n: int | float | None) -> str:
+def _fits(table: Table, console: Console) -> bool:
+    """Whether every cell keeps its longest word (a path) whole at the console's width."""
+    unbounded = console.options.update_width(1 << 20)  # rich clamps a measurement to the width it is given
+    return Measurement.get(console, unbounded, table).minimum <= console.width
+
+
+def _cell(v: str) -> Text:
+    """A value as text; a verdict the renderer styled (``[green]passed[/]``) keeps its style."""
+    return Text.from_markup(v) if v.startswith("[") and v.endswith("[/]") else Text(v)
+
+
+def print_rows(rows: Iterable[tuple[str, Any]], console: Console) -> None:
+    """Label and value pairs: a borderless-key table where it fits, else ``label: value`` lines
+    (a value of several lines: one indented line each), never a path cut in two."""
+    rows = [(k, "" if v is None else str(v)) for k, v in rows]
+    t = Table(show_header=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    for k, v in rows:
+        t.add_row(escape(k), _cell(v))
+    if _fits(t, console):
+        console.print(t)
+        return
+    for k, v in rows:
+        lines = v.split("\n")
+        if len(lines) == 1:
+            console.print(f"[bold]{escape(k)}:[/bold] ", _cell(v), sep="", soft_wrap=True, highlight=False)
+        else:
+            console.print(f"[bold]{escape(k)}:[/bold]", soft_wrap=True, highlight=False)
+            for line in lines:
+                console.print("  ", Text(line), sep="", soft_wrap=True, highlight=False)
+
+
+def human_bytes(n: int | float | None) -> str:
     if n is None:
         return "-"
     x = float(n)
@@ -24,18 +65,27 @@ def _human_bytes(n: int | float | None) -> str:
     return str(n)
 
 
+_human_bytes = human_bytes
+
+
 def render_findings(findings: list[dict[str, Any]], console: Console) -> None:
     if not findings:
         console.print("[green]no problems found[/green]")
         return
     t = Table(show_header=True, header_style="bold", expand=False)
-    t.add_column("severity")
-    t.add_column("code")
-    t.add_column("what is wrong", overflow="fold")
+    t.add_column("severity", no_wrap=True)
+    t.add_column("code", no_wrap=True)
+    t.add_column("what is wrong")
     for f in findings:
         sev = f["severity"]
         t.add_row(f"[{_STYLE.get(sev, '')}]{sev}[/]", f["code"], escape(f["message"]))
-    console.print(t)
+    if _fits(t, console):
+        console.print(t)
+    else:  # a path in a message would be cut: one line per finding, wrapped by the terminal
+        for f in findings:
+            sev = f["severity"]
+            console.print(f"[{_STYLE.get(sev, '')}]{sev}[/] {f['code']}: {escape(f['message'])}", soft_wrap=True,
+                          highlight=False)
     # fixes below the table, one line each and never wrapped by rich, so a command copies whole
     for f in findings:
         if f.get("fix"):
@@ -49,9 +99,6 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         render_inspect_gguf(r, console)
         render_findings(r.get("findings", []), console)
         return
-    t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
     q = r.get("quantization") or {}
     d = q.get("default")
     rows = [
@@ -59,7 +106,7 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         ("layout", r.get("layout")),
         ("config MTP layers", r.get("config_mtp_layers")),
         ("MTP tensors", f"{r.get('mtp_tensors')} ({_human_bytes(r.get('mtp_bytes'))})"),
-        ("norm convention", norm_convention_text(r)),
+        ("norm convention", norm_convention(r)),
         ("expert format", r.get("expert_format")),
         ("quantization", f"{d['bits']}-bit, group {d['group_size']}, {d['mode']}" if d else "none"),
     ]
@@ -68,14 +115,21 @@ def render_inspect(r: dict[str, Any], console: Console) -> None:
         c = nb["cost"]
         rows.append(("norm check by behaviour", f"{nb['convention']} (margin {nb['evidence_nats']} nats; "
                      f"{c['positions']} positions, {c['head_passes']} head passes, {c['seconds']:.1f} s)"))
+    if r.get("head_folder"):
+        rows.insert(0, ("head folder", r["head_folder"]))
     if r.get("norm_source"):
         rows.append(("norms compared with", r["norm_source"]))
     for note in r.get("norm_notes") or []:
         rows.append(("note", note))
-    for k, v in rows:
-        t.add_row(k, str(v))
-    console.print(t)
+    print_rows(rows, console)
     render_findings(r.get("findings", []), console)
+
+
+def norm_convention(r: dict[str, Any]) -> str:
+    """The head's norm convention and what decided it; a folder without a head has none to tell."""
+    if r.get("norm_convention") in (None, "none"):
+        return "none (no MTP tensors)" if not r.get("mtp_tensors") else "undecided"
+    return norm_convention_text(r)
 
 
 def render_add(r: dict[str, Any], console: Console) -> None:
@@ -83,38 +137,39 @@ def render_add(r: dict[str, Any], console: Console) -> None:
         console.print("[bold]plan[/bold] (dry run: nothing written, no tensor data downloaded)")
     for note in r.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
-    if r.get("status") == "already-present":
-        console.print("[green]already present[/green]: the head from this source and options is in place; nothing to do")
-    t = Table(show_header=False)
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")
+    present = r.get("status") == "already-present"
+    if present:
+        console.print("[green]already present[/green]: the head from this source and options is in place; nothing to do",
+                      soft_wrap=True)
     planned = bool(r.get("dry_run"))
     keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_requests",
             "fetch_files", "revision", "peak_memory_estimate") if planned else \
         ("layout", "expert_format", "precision", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest", "run")
-    labels = {"mtp_bytes": "MTP bytes written" if not planned else "MTP bytes to write",
+    labels = {"expert_format": "expert format", "mtp_tensors": "MTP tensors",
+              "mtp_bytes": "MTP bytes to write" if planned else "MTP bytes in place" if present else "MTP bytes written",
               "fetch_bytes": "source bytes to read", "fetch_tensors": "source tensors", "fetch_files": "from files",
               "fetch_requests": "range requests",
               "fetched_bytes": "downloaded", "peak_memory_estimate": "peak memory (est.)"}
+    downloaded = r.get("fetch_mode") not in (None, "local")  # a local source is read in place: nothing downloaded
+    rows = []
     for k in keys:
-        if r.get(k) is not None:
+        if r.get(k) is not None and (k != "fetched_bytes" or downloaded):
             v = r[k]
             if isinstance(v, list):
                 v = "\n".join(map(str, v))
             elif k.endswith("bytes") or k == "peak_memory_estimate":
-                v = _human_bytes(v)
-            t.add_row(labels.get(k, k), str(v))
+                v = human_bytes(v)
+            rows.append((labels.get(k, k), v))
     files = r.get("files_written") or r.get("files_to_write") or []
-    t.add_row("files to write" if planned else "files written", "\n".join(files))
-    console.print(t)
+    if files or not present:
+        rows.append(("files to write" if planned else "files written", "\n".join(files)))
+    print_rows(rows, console)
     if "inspect" in r:
         render_findings(r["inspect"].get("findings", []), console)
 
 
 def render_verify(r: dict[str, Any], console: Console) -> None:
-    t = Table(title="mtpforge verify", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
+    rows = []
     pct = {"acceptance", "acceptance_by_position", "hidden_variants"}
     for k in ("family", "layout", "draft_token", "identical", "tokens", "drafted", "accepted", "acceptance",
               "acceptance_by_position", "hidden", "hidden_variants", "accepted_per_verify", "tokens_per_verify",
@@ -132,8 +187,10 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
             v = f"{v:.2f}x"
         elif isinstance(v, float):
             v = f"{v:.2f}"
-        t.add_row(k, str(v))
-    console.print(t)
+        elif k == "tokens" and r.get("prompts") and r.get("max_tokens"):
+            v = f"{v} ({r['prompts']} prompt{'s' if r['prompts'] != 1 else ''}, up to {r['max_tokens']} each)"
+        rows.append((k, v))
+    print_rows(rows, console)
     for n in r.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(n)}")
     for p in r.get("problems", []):
@@ -141,7 +198,8 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
 
 
 def render_remove(r: dict[str, Any], console: Console) -> None:
-    console.print(f"[green]removed[/green] the MTP head from {r['target']}")
+    gone = " and the folder add-mtp had made for it" if r.get("folder_removed") else ""
+    console.print(f"[bold green]✓[/bold green] removed the MTP head from {escape(r['target'])}{gone}", soft_wrap=True)
     for k in ("removed", "restored"):
         if r.get(k):
             console.print(f"  {k}: {', '.join(r[k])}")
@@ -150,19 +208,17 @@ def render_remove(r: dict[str, Any], console: Console) -> None:
 
 
 def render_run(r: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"mtpforge run {r.get('recipe')} ({r.get('mode')})", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")
+    rows: list[tuple[str, Any]] = [("recipe", f"{r.get('recipe')} ({r.get('mode')})")]
     for k in ("source", "revision", "target", "output", "layout", "precision", "family", "status", "written_to"):
         if r.get(k) is not None:
-            t.add_row(k, str(r[k]))
+            rows.append((k, r[k]))
     if r.get("mode") == "dry-run":
-        t.add_row("would download", _human_bytes(r.get("fetch_bytes")))
-        t.add_row("would write", "\n".join(r.get("files_to_write") or []))
+        rows.append(("would download", human_bytes(r.get("fetch_bytes"))))
+        rows.append(("would write", "\n".join(r.get("files_to_write") or [])))
     for name, verdict in (r.get("check_results") or {}).items():
         style = "green" if verdict == "passed" else "bold red"
-        t.add_row(f"check {name}", f"[{style}]{verdict}[/]")
-    console.print(t)
+        rows.append((f"check {name}", f"[{style}]{verdict}[/]"))
+    print_rows(rows, console)
     for note in r.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if r.get("mode") == "validate":
@@ -174,17 +230,22 @@ def render_demo(r: dict[str, Any], console: Console) -> None:
     style = "bold green" if r.get("ok") else "bold red"
     acc = r.get("acceptance")
     acc_text = f"{acc:.1%}" if isinstance(acc, (int, float)) else str(acc)
-    console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before {r.get('before')}, "
-                  f"after {r.get('after')}; identical {r.get('identical')}; acceptance {acc_text}", soft_wrap=True)
+
+    def codes(v: Any) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    console.print(f"[{style}]demo {'passed' if r.get('ok') else 'FAILED'}[/]: inspect before: {codes(r.get('before')) or 'clean'}; "
+                  f"after: {codes(r.get('after'))}; output identical: {r.get('identical')}; acceptance {acc_text}",
+                  soft_wrap=True)
 
 
 def render_repair(r: dict[str, Any], console: Console) -> None:
     status = r.get("status")
     if status == "nothing-to-repair":
-        console.print(f"[green]nothing to repair[/green]: the head's norms in {r['target']} are in MLX's convention "
-                      f"(evidence: {r.get('evidence')})")
+        console.print(f"[bold green]✓[/bold green] nothing to repair: the head's norms in {escape(r['target'])} are in "
+                      f"MLX's convention (evidence: {r.get('evidence')})", soft_wrap=True)
         return
-    verb = "would change" if r.get("dry_run") else "changed"
+    verb = "would change" if r.get("dry_run") else "[bold green]✓[/bold green] changed"
     console.print(f"{verb} {len(r.get('changed_norms', {}))} norm tensors ({r.get('bytes_rewritten', 0):,} bytes) "
                   f"in {r['target']} (evidence: {r.get('evidence')}):")
     for k, o in (r.get("changed_norms") or {}).items():
@@ -192,16 +253,13 @@ def render_repair(r: dict[str, Any], console: Console) -> None:
 
 
 def render_convert(r: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"mtpforge convert {r['source']}", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")
     q = (r.get("quantization") or {}).get("default")
-    for k, v in (("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),
-                 ("quantization", f"{q['bits']}-bit, group {q['group_size']}, {q['mode']}" if q else "none"),
-                 ("layout", r["layout"]), ("MTP tensors", f"{r['mtp_tensors']} ({_human_bytes(r['mtp_bytes'])})"),
-                 ("downloaded again for the head", _human_bytes(r["fetched_bytes"]))):
-        t.add_row(k, str(v))
-    console.print(t)
+    rows = [("source", r["source"]), ("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),
+            ("quantization", f"{q['bits']}-bit, group {q['group_size']}, {q['mode']}" if q else "none"),
+            ("layout", r["layout"]), ("MTP tensors", f"{r['mtp_tensors']} ({human_bytes(r['mtp_bytes'])})")]
+    if not r.get("local_source"):  # a local source is read in place: nothing is downloaded
+        rows.append(("downloaded again for the head", human_bytes(r["fetched_bytes"])))
+    print_rows(rows, console)
     for note in r.get("notes", []):
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     render_findings(r.get("findings", []), console)

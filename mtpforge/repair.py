@@ -97,7 +97,7 @@ def repair_norms(
     cat = load_catalogue(LocalStore(folder))
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(str(target), cat.config, "pass an MLX model folder"))
+        raise InputError(*not_handled(str(target), cat.config, "pass a model folder of one of those types"))
     cat.refuse_invalid()  # the head is judged (and decoded) from the config's values
     spec = FAMILIES[family]
     if spec.gguf_only:
@@ -117,7 +117,6 @@ def repair_norms(
     per_key = _offsets(folder, cat, source, revision, loc.stored_keys, norms, report, prog, spec)
     if not per_key:
         report.update(status="nothing-to-repair", changed_norms={}, files_written=[], bytes_rewritten=0)
-        prog.done("the head's norms are already in MLX's convention (as far as the evidence tells): nothing changed")
         return report
     report["changed_norms"] = {loc.stored_keys.get(k, k): f"{o:+d}" for k, o in sorted(per_key.items())}
     patches = _patches(cat, norms, per_key, report, source, revision, spec)
@@ -135,7 +134,6 @@ def repair_norms(
         prog.step("committing")
         stage.commit()
     report.update(status="repaired", copy=copies)
-    prog.done(f"repaired {len(per_key)} norm tensors of {folder}")
     return report
 
 

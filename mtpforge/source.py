@@ -27,9 +27,10 @@ def open_source(source: str, revision: str | None) -> Store:
     p = Path(source).expanduser()
     if p.exists():
         return LocalStore(p)
-    if source.startswith((".", "/", "~")) or source.count("/") != 1:
-        raise InputError(f"source {source} is neither an existing folder nor a Hugging Face repo id",
-                         "pass a local folder or a repo id such as Qwen/Qwen3.5-27B")
+    from .localpath import looks_local, no_such_path
+
+    if looks_local(source):
+        raise InputError(no_such_path(source, "source"), "pass the source's folder, or a repo id such as Qwen/Qwen3.5-27B")
     from .checkpoint.hub import open_store
 
     return open_store(source, revision)

@@ -104,7 +104,8 @@ def verify(
     _judge(report, min_acceptance)
     if record:
         _record(report, hw.folder, loaded_manifest)
-    prog.done(f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
+    (prog.done if report["ok"] else prog.step)(
+        f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
     return report
 
 

@@ -59,3 +59,17 @@ def test_top_level_help_and_version() -> None:
     from importlib.metadata import version
 
     assert r.returncode == 0 and r.stdout.strip() == f"mtpforge {version('mtpforge')}"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_top_level_help_says_every_command_whole(width: int) -> None:
+    """click cuts a description that does not fit with "..."; each command's short help fits."""
+    text = _help([], width)
+    commands = text.split("Commands:", 1)[1].splitlines()
+    assert [line for line in commands if line.rstrip().endswith("...")] == [], text
+
+
+def test_every_verify_option_says_what_it_does() -> None:
+    for param in COMMANDS["verify"].params:
+        if getattr(param, "param_type_name", "") == "option":
+            assert getattr(param, "help", None), f"{param.opts} has no help text"

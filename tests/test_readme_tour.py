@@ -52,6 +52,8 @@ def test_the_tour_prints_what_the_readme_shows(tmp_path: Path) -> None:
     assert len(blocks) >= 5, "the tour's command blocks"
     demo = _run("mtpforge demo --keep ./tour", tmp_path)
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "['" not in demo.stdout and "demo passed: inspect before: MTP_CONFIG_WITHOUT_WEIGHTS;" in demo.stdout, \
+        demo.stdout[-600:]  # the verdict names codes, not a Python list
     for cmd, want in blocks:
         r = _run(cmd, tmp_path)
         assert r.returncode in (0, 1), f"{cmd}: {r.stderr}"

@@ -130,6 +130,9 @@ def hub_errors(repo_id: str, revision: str | None = None) -> Iterator[None]:
     except DisabledRepoError:
         raise InputError(f"repo {repo_id} has been disabled on {endpoint}", "use another copy of the model") from None
     except (OfflineModeIsEnabled, LocalEntryNotFoundError):
+        if not constants.HF_HUB_OFFLINE:  # huggingface_hub says the same when the Hub cannot be reached
+            raise NetworkError(f"cannot reach {endpoint} for {repo_id}{rev}, and it is not in the local cache",
+                               "check your connection and HF_ENDPOINT, or pass a local folder") from None
         raise NetworkError(f"HF_HUB_OFFLINE is set and {repo_id}{rev} is not in the local cache",
                            "unset HF_HUB_OFFLINE to download it, or run once online to fill the cache") from None
     except EntryNotFoundError:

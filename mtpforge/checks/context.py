@@ -27,8 +27,14 @@ from ..manifest import read_manifest_hint
 
 def open_target_store(target: str, revision: str | None = None) -> Store:
     """A local folder when the path exists, else a Hub repo id."""
+    from ..localpath import looks_local, no_such_path
+
     p = Path(target)
-    if p.exists() or target.startswith((".", "/", "~")) or target.count("/") != 1:
+    if p.exists() or looks_local(target):
+        if not p.expanduser().exists():
+            from ..errors import InputError
+
+            raise InputError(no_such_path(target, "target"), "pass the path of a model folder, or a Hub repo id (owner/name)")
         return LocalStore(p.expanduser())
     from ..checkpoint.hub import open_store
 
@@ -116,7 +122,7 @@ def build_context(
     cat = load_catalogue(store)
     family = detect_family(cat.config)
     if family is None:
-        raise InputError(*not_handled(store.name, cat.config, "pass a model of a family mtpforge handles"))
+        raise InputError(*not_handled(store.name, cat.config, "pass a model folder of one of those types"))
     loc = locate_head(cat, family)
     manifest, manifest_problem = read_manifest_hint(store) if use_manifest else (None, None)
     src_hint = (

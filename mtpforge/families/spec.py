@@ -297,7 +297,7 @@ class FamilySpec:
         return not self.layouts
 
     def gguf_only_refusal(self, what: str, fix: str = "put the head into the trunk's GGUF: mtpforge add-mtp "
-                                                     "--target TRUNK.gguf") -> tuple[str, str]:
+                                                     "--source SOURCE --target TRUNK.gguf") -> tuple[str, str]:
         """(message, fix) for what a command cannot do with an MLX folder of a ``gguf_only``
         family; the fix also says which MLX runtime drafts its head today."""
         today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
@@ -308,7 +308,8 @@ class FamilySpec:
         or, for a family mtpforge writes for llama.cpp only, where its MLX runtimes stand."""
         if not self.gguf_only:
             return f"mtpforge add-mtp --source {source} --target {target}"
-        return ": ".join(self.gguf_only_refusal("not into an MLX folder"))
+        today = self.mlx_drafted_by or f"docs/families/{self.name}.md says which MLX runtime drafts it"
+        return f"mtpforge writes this head for llama.cpp only: mtpforge add-mtp --source {source} --target TRUNK.gguf; in MLX, {today}"
 
     def rows(self, fmt: str | None = None) -> Iterator[Row]:
         """Every row: per-head, per-MTP-layer, MLP, then the experts of ``fmt`` (all formats

@@ -92,9 +92,7 @@ STEP3P5 = FamilySpec(
     dim_keys=DIM_KEYS,
     gguf_arch="step35",
     example_repo="stepfun-ai/Step-3.5-Flash",
-    mlx_drafted_by=("MTPLX 2.12.2 drafts it (backend step3p5_mtp) from an mtp.safetensors beside the model, named in "
-                    "config.json's mlx_lm_extra_tensors, that holds the source's model.layers.{num_hidden_layers + i}.* "
-                    "tensors as released (docs/families/step3p5.md)"),
+    mlx_drafted_by="MTPLX 2.12.2 drafts it from a sidecar of the source's MTP layers as released (docs/families/step3p5.md)",
     raw_marker_suffixes=RAW_MARKERS,
     # a backbone MoE tensor under the release's moe. name (mlx-lm's sanitize renames the stacked experts to mlp.switch_mlp.)
     is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),

@@ -38,12 +38,11 @@ def handled_model_types() -> str:
 
 def not_handled(what: str, config: Mapping[str, Any], fix: str) -> tuple[str, str]:
     """(message, fix) for ``what`` whose config no spec claims; ``fix`` is the caller's for a
-    model type nobody ships an MTP head for (the handled model types are added to it)."""
+    model type nobody ships an MTP head for; the message lists the handled types from the registry."""
     mt = _model_type(config)
     handled = handled_model_types()
     known = next((u for u in UNWRITTEN if mt in u.model_types), None)
     if known is not None:
         return (f"{what} is a {known.title} model (model_type {mt!r}), whose MTP head mtpforge does not write yet",
                 f"today {known.today}; mtpforge writes heads of the model types {handled}")
-    return (f"{what} is a model mtpforge writes no MTP head for (model_type {mt!r})",
-            f"{fix}: mtpforge writes heads of the model types {handled}")
+    return f"{what} is not a model mtpforge handles (model_type {mt!r}; it handles {handled})", fix

@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from ..checks.basis import norm_convention_text
 from ..layouts.gguf import beside_trunk
 
 
 def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"mtpforge inspect {r['target']}", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(overflow="fold")
+    from ..render import human_bytes, norm_convention, print_rows
+
     rows: list[tuple[str, Any]] = [("format", "GGUF (llama.cpp)" + (", headers only" if r.get("headers_only") else "")),
                                    ("architecture", r.get("architecture")), ("family", r.get("family")),
                                    ("layout", r.get("layout"))]
@@ -24,14 +21,12 @@ def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
             rows.append((f["file"], f"{f['layout']}, block_count {f['block_count']}, nextn {f['nextn_predict_layers']}"))
     else:
         rows += [("block_count", r.get("block_count")), ("nextn_predict_layers", r.get("config_mtp_layers")),
-                 ("MTP tensors", f"{r.get('mtp_tensors')} ({r.get('mtp_bytes', 0):,} B)"),
-                 ("norm convention", norm_convention_text(r)),
+                 ("MTP tensors", f"{r.get('mtp_tensors')} ({human_bytes(r.get('mtp_bytes', 0))})"),
+                 ("norm convention", norm_convention(r)),
                  ("expert format", r.get("expert_format"))]
         if r.get("head_file") and beside_trunk(r.get("layout")):
             rows.append(("MTP file", r["head_file"]))
         types = sorted(set((r.get("quantization") or {}).get("mtp_types", {}).values()))
         if types:
             rows.append(("MTP tensor types", ", ".join(types)))
-    for k, v in rows:
-        t.add_row(k, str(v))
-    console.print(t)
+    print_rows(rows, console)

@@ -38,8 +38,7 @@ def verify_gguf(
     from ..verify import DEFAULT_PROMPTS
 
     tpath = Path(target).expanduser()
-    binary = require_llama_server(llama_server_path)
-    trunk = read_local(tpath)
+    trunk = read_local(tpath)  # a file that is not a GGUF is said before a missing llama-server
     own_tail = trunk.nextn_layers > 0 and any(".nextn." in n for n in trunk.tensors)
     mtp_file: Path | None = None
     if not own_tail:
@@ -50,6 +49,7 @@ def verify_gguf(
         if not mtp_file.is_file():
             raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
         read_local(mtp_file)
+    binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
     prog = Progress(enabled=progress)
     prog.step(f"plain greedy decoding with {binary.name} ({len(texts)} prompt(s), {max_tokens} tokens each)")

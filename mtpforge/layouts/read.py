@@ -16,7 +16,7 @@ import mlx.core as mx
 from ..families.unhandled import not_handled
 from ..checkpoint.catalogue import load_catalogue
 from ..checkpoint.store import LocalStore
-from ..errors import RefusedError
+from ..errors import InputError, RefusedError
 from ..families.detect import detect_family
 from ..families import FAMILIES
 from ..families.spec import STACKED
@@ -52,7 +52,7 @@ def load_head_weights(target: str | Path) -> HeadWeights:
     cat.refuse_damage("model")
     family = detect_family(cat.config)
     if family is None:
-        raise RefusedError(*not_handled(str(folder), cat.config, "pass an MLX model folder"))
+        raise InputError(*not_handled(str(folder), cat.config, "pass a model folder of one of those types"))
     spec = FAMILIES[family]
     loc = locate_head(cat, family)
     if loc.layout == "none" and drafter_folder(folder).is_dir():

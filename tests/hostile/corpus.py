@@ -422,7 +422,7 @@ CASES: list[Case] = [
     Case("target_other_family", json_edit("config.json", _llama), says="llama"),
     Case("source_config_missing", _remove("config.json", in_src=True), says="config.json"),
     Case("source_other_family", json_edit("config.json", lambda c: c.update(model_type="llama", text_config={}),
-                                          in_src=True), says="Qwen3.5"),
+                                          in_src=True), says="not a model mtpforge handles"),
     Case("source_config_nan_dims", json_edit("config.json", text_cfg("hidden_size", float("nan")), in_src=True)),
     Case("source_config_inf_dims", json_edit("config.json", text_cfg("intermediate_size", float("inf")), in_src=True)),
     Case("source_config_huge_dims", json_edit("config.json", text_cfg("hidden_size", 10**15), in_src=True)),

@@ -1,0 +1,142 @@
+"""Ctrl-C as a person at a terminal presses it: each long command runs in a pseudo-terminal
+and SIGINT goes to its process group (what the terminal sends) at several points, by progress
+stage and by delay. Each time: exit 130, one line, no traceback (nor "Exception ignored"), the
+line's statement about the disk true of the folder, and its advice, followed, succeeds."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pty
+import re
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float = 0.0,
+          timeout: float = 600) -> tuple[int, str]:
+    """Run ``mtpforge ARGS`` on a pseudo-terminal; once ``stage`` was printed (or at once),
+    wait ``delay`` seconds and press Ctrl-C. Returns (exit status, what the terminal showed)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf-home"),
+           "COLUMNS": "120", "NO_COLOR": "1", "TMPDIR": str(cwd / "tmp")}
+    (cwd / "tmp").mkdir(exist_ok=True)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session of its own with the pty as its terminal
+        os.chdir(cwd)
+        os.execvpe(sys.executable, [sys.executable, "-m", "mtpforge", *args], env)
+    out, sent, t0 = b"", False, time.monotonic()
+    seen_at: float | None = t0 if stage is None else None
+    while True:
+        now = time.monotonic()
+        if seen_at is None and stage is not None and stage.encode() in out:
+            seen_at = now
+        if not sent and seen_at is not None and now - seen_at >= delay:
+            try:
+                os.killpg(pid, signal.SIGINT)  # the whole foreground group, as the terminal does
+            except ProcessLookupError:  # not yet its own group
+                os.kill(pid, signal.SIGINT)
+            sent = True
+        assert now - t0 < timeout, ANSI.sub("", out.decode(errors="replace"))
+        r, _, _ = select.select([fd], [], [], 0.01)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    text = ANSI.sub("", out.decode(errors="replace")).replace("\r\n", "\n").replace("\r", "\n")
+    return os.waitstatus_to_exitcode(status), text
+
+
+def interrupted_line(rc: int, text: str) -> str:
+    assert rc == 130, (rc, text[-3000:])
+    for bad in ("Traceback", "Exception ignored", "KeyboardInterrupt"):
+        assert bad not in text, text[-3000:]
+    lines = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "interrupted" in lines[0], text[-3000:]
+    return lines[0]
+
+
+def state(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))} if folder.exists() else {}
+
+
+@pytest.mark.parametrize("stage,delay", [(None, 1.0), ("3/5", 0.3), ("5/5", 1.0)])
+def test_ctrl_c_in_the_demo(tmp_path: Path, stage: str | None, delay: float) -> None:
+    work, keep = tmp_path / "work", tmp_path / "tour"
+    keep.mkdir()  # one folder that existed (empty) and one the demo makes
+    rc, text = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage=stage, delay=delay)
+    line = interrupted_line(rc, text)
+    assert "re-run" in line, line
+    if "before anything was written" not in line:  # the demo had begun: it names what it removed
+        assert f"{keep} is empty again" in line and f"{work} was removed" in line, line
+    assert not work.exists() and list(keep.iterdir()) == [] and not list((tmp_path / "tmp").glob("mtpforge-demo-*"))
+    if stage == "3/5":  # the advice, followed
+        rc, text = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage="no such stage", timeout=900)
+        assert rc == 0 and "demo passed" in text, text[-3000:]
+
+
+def test_ctrl_c_in_a_demo_without_a_folder_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    rc, text = drive(["demo"], tmp_path, stage="2/5", delay=0.2)
+    line = interrupted_line(rc, text)
+    assert "was removed" in line and not list((tmp_path / "tmp").glob("mtpforge-demo-*")), line
+
+
+@pytest.mark.parametrize("stage,delay", [("mlx_lm.convert", 0.3), ("putting the MTP head back", 0.0),
+                                         ("validating the converted folder", 0.0), (None, 1.5)])
+def test_ctrl_c_in_convert(tmp_path: Path, make_hf, stage: str | None, delay: float) -> None:
+    src, out = make_hf("qwen3_5"), tmp_path / "out"
+    args = ["convert", "--hf-path", str(src), "--mlx-path", str(out), "-q"]
+    rc, text = drive(args, tmp_path, stage=stage, delay=delay)
+    line = interrupted_line(rc, text)
+    assert not [p for p in tmp_path.iterdir() if ".mtpforge-convert-" in p.name], "a staging folder left behind"
+    if "nothing was written" in line or "before anything was written" in line:
+        assert not out.exists(), line
+        assert "re-run" in line
+        rc, text = drive(args, tmp_path, stage="no such stage")
+        assert rc == 0 and (out / "mtpforge.json").is_file(), text[-3000:]
+    else:
+        assert "holds the model with its head" in line and (out / "mtpforge.json").is_file(), line
+        assert ".mtpforge-convert-" not in line
+
+
+@pytest.mark.parametrize("stage", ["reading", "validating the staged folder"])
+def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> None:
+    src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    before = state(tgt)
+    args = ["add-mtp", "--source", str(src), "--target", str(tgt)]
+    rc, text = drive(args, tmp_path, stage=stage, delay=0.0)
+    line = interrupted_line(rc, text)
+    if "left as it was" in line:
+        assert state(tgt) == before
+        rc, text = drive(args, tmp_path, stage="no such stage")
+        assert rc == 0 and (tgt / "mtpforge.json").is_file(), text[-3000:]
+    else:
+        assert "committed" in line and (tgt / "mtpforge.json").is_file(), line
+
+
+@pytest.mark.parametrize("stage", ["loading the backbone", "decoding"])
+def test_ctrl_c_in_verify(tmp_path: Path, make_hf, make_target, stage: str) -> None:
+    src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    rc, text = drive(["add-mtp", "--source", str(src), "--target", str(tgt)], tmp_path, stage="no such stage")
+    assert rc == 0, text[-3000:]
+    before = state(tgt)
+    args = ["verify", str(tgt), "--generate", "--prompt", "hello", "--max-tokens", "16"]
+    rc, text = drive(args, tmp_path, stage=stage, delay=0.2)
+    line = interrupted_line(rc, text)
+    assert "left as it was" in line and state(tgt) == before, line  # verify changes nothing
+    rc, text = drive(args, tmp_path, stage="no such stage")
+    assert rc in (0, 1) and "identical" in text, text[-3000:]  # the advice: re-run (the random head may draft badly)
