@@ -207,7 +207,7 @@ def _norms_from_trunk(head: GgufFile, trunk: GgufFile, family: str) -> tuple[str
 def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | None:
     """A --source of another family than the head's proves nothing about its norms: an error
     finding (it was exit 0, no findings, ``raw`` "from source")."""
-    mine = FAMILY_OF_ARCH.get(head.arch)
+    mine = family_of(head)
     if mine is None or FAMILIES[src_family].gguf_arch == head.arch:
         return None
     return finding("SOURCE_MISMATCH", f"--source {source} is a {src_family} checkpoint, but the head is {mine}'s "
