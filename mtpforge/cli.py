@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
-from .interrupts import settle
+from .interrupts import caused_by_interrupt, settle
 from .output_schema import OUTPUT_NAMES
 from .runtimes import RUNTIME_NAMES
 
@@ -109,7 +109,7 @@ def run_command(
         _print_error(_interrupted(command), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
-        if _caused_by_interrupt(e) or settle():  # Python wrapped the Ctrl-C, or it is on its way
+        if caused_by_interrupt(e) or settle():  # Python wrapped the Ctrl-C, or it is on its way
             _print_error(_interrupted(command), as_json, github, command)
             raise typer.Exit(130) from None
         if debug:
@@ -143,19 +143,6 @@ def run_command(
 _INTERRUPTED: list[bool] = []
 #: set once a command's work returned (a Ctrl-C after it is not "before anything was written")
 _DONE: list[bool] = []
-
-
-def _caused_by_interrupt(e: BaseException) -> bool:
-    """A KeyboardInterrupt that Python re-raised as another exception: a Ctrl-C while a lazily
-    imported module defines a class becomes ``RuntimeError: Error calling __set_name__``."""
-    seen: set[int] = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def _interrupted(command: str = "") -> MtpforgeError:

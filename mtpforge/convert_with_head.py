@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, get_args
 
 from .errors import InputError, MtpforgeError, RefusedError
-from .interrupts import caused_by_interrupt, settle
+from .interrupts import was_interrupted
 from .layouts.table import LAYOUTS
 from .options import AddOptions, GgmlPrecision, HeadOptions, choices
 from .progress import Progress
@@ -219,11 +219,7 @@ def convert(
             dst.rmdir()  # an empty folder: replaced, as a new one would be
         os.replace(stage, dst)
     except BaseException as e:
-        try:  # the handler of a Ctrl-C on its way runs at the first call here: inside this try
-            interrupted = not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
-        except KeyboardInterrupt:
-            interrupted = True
-        if interrupted:
+        if was_interrupted(e):
             raise _interrupted(stage, dst, mark) from None
         raise
     finally:
