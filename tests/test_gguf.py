@@ -273,7 +273,10 @@ def test_inspect_hub_gguf_repo_reads_headers_only(hub, tmp_path: Path) -> None:
 
 
 def test_verify_without_llama_cpp_is_one_clear_line(tmp_path: Path) -> None:
+    """A trunk with its head, nothing wrong with the file: the missing llama-server is the one
+    line (verify reads the GGUF first, so a head-less trunk would be refused for that instead)."""
     trunk = trunk_copy(MODELS["dense"], tmp_path)
+    _add(trunk, MODELS["dense"])
     r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-llama-server"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
