@@ -65,8 +65,12 @@ def test_no_hand_kept_list_of_families():
     for path, tree in _modules(PACKAGE):
         if path.relative_to(PACKAGE).parts[0] in TABLE_DIRS:
             continue
+        # docstrings name the code they were read from (mlx-lm's modules), not what mtpforge handles
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 hits = sorted({w for w in re.findall(r"[a-z0-9_-]+", node.value) if w in names})
                 if len(hits) >= 2:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} lists {hits}")
