@@ -31,6 +31,10 @@ from tests.checkers import folder_state
 #: progress lines (stderr) a kill may be anchored to, in the order a run prints them; the delay
 #: after each is drawn over that phase's duration as measured in the clean run
 ANCHORS: tuple[str, ...] = ("fetching", "staging", "converting", "validating", "committing")
+#: how each anchor's line reads: a local source's tensors are "reading N MTP tensors", a Hub
+#: source's "fetching N MTP tensors" (the same phase)
+ANCHOR_LINES: dict[str, "re.Pattern[str]"] = {
+    a: re.compile(r"(fetching|reading) \d+ MTP tensors" if a == "fetching" else re.escape(a)) for a in ANCHORS}
 #: every scenario's first kills go to the phases nearest the commit, where a bug would hide,
 #: then one timed kill (None), then the earlier phases
 FIRST_ANCHORS: tuple[str | None, ...] = ("validating", "committing", None, "staging", "converting", "fetching")
@@ -158,7 +162,7 @@ def make_bench(scenario: str, source: Path, pristine: Path, root: Path, variant:
     assert proc.stderr is not None
     for line in proc.stderr:
         for a in ANCHORS:
-            if a in line and a not in bench.anchor_seconds:
+            if ANCHOR_LINES[a].search(line) and a not in bench.anchor_seconds:
                 bench.anchor_seconds[a] = time.monotonic() - t0
     rc = proc.wait()
     bench.clean_seconds = time.monotonic() - t0
@@ -272,10 +276,10 @@ def kill_once(bench: Bench, work: Path, plan: KillPlan, check_load: bool = True,
     else:
         # a Ctrl-C while the interpreter itself starts is Python's business, not mtpforge's:
         # timed interrupts count from mtpforge's first line
-        anchor = plan.anchor or ""
+        anchor = ANCHOR_LINES[plan.anchor] if plan.anchor else re.compile("")
         for line in proc.stderr:
             seen.append(line)
-            if anchor in line:
+            if anchor.search(line):
                 break
         time.sleep(plan.delay)
     proc.send_signal(sig)
