@@ -44,7 +44,22 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     "qwen3_next": _qwen("qwen3_next"), "glm4_moe": _builder("glm4_moe", "build_glm4_moe"),
     "glm4_moe_lite": _builder("glm4_moe_lite", "build_glm4_moe_lite"),
     "nemotron_h": _builder("nemotron_h", "build_nemotron_h"), "step3p5": _builder("step3p5", "build_step3p5"),
+    "deepseek_v3": _builder("deepseek_v3", "build_deepseek_v3"),
+    "deepseek_v32": _builder("deepseek_v32", "build_deepseek_v32"),
+    "glm_moe_dsa": _builder("glm_moe_dsa", "build_glm_moe_dsa"),
 }
+
+
+def _headless_deepseek_v3(folder: Path) -> Path:
+    from tests.support.synth.deepseek_v3 import build_deepseek_v3
+
+    return build_deepseek_v3(folder, head=False)
+
+
+#: sources whose MLX target mlx_lm.convert makes from a head-less build (its ``deepseek_v3``
+#: sanitize drops the NextN layer only at the release's index, 61)
+MLX_FROM: dict[str, Callable[[Path], Path]] = {"deepseek_v3": _headless_deepseek_v3}
+
 #: where the bad value goes: the head's input projection (a matrix, quantized or copied as is) and
 #: its embedding-side norm (offset added before encoding)
 POISONS = {"nan-in-fc": (Role.FC, float("nan")), "inf-in-norm": (Role.PRE_FC_NORM_EMBEDDING, float("inf"))}
@@ -70,7 +85,8 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Pat
         if name not in built:
             built[name] = SOURCES[name](root / name)
         if mlx and (name, mlx) not in built:
-            built[name, mlx] = convert_to_mlx(built[name], root / f"{name}-mlx", q_bits=4, q_group_size=32)
+            base = MLX_FROM[name](root / f"{name}-trunk") if name in MLX_FROM else built[name]
+            built[name, mlx] = convert_to_mlx(base, root / f"{name}-mlx", q_bits=4, q_group_size=32)
         return built[name, mlx] if mlx else built[name]
 
     return get
