@@ -61,9 +61,10 @@ def _copy(folder: Path, dst: Path) -> Path:
 
 @pytest.mark.parametrize("family", NEW_FAMILIES)
 def test_repair_norms_on_a_head_add_mtp_wrote_has_nothing_to_repair(fam, family: str, tmp_path: Path) -> None:
-    """GLM, GLM-Flash and Nemotron-H store no zero-centred norm: there is no convention to repair
-    (it stopped with `internal error: ValueError: min() arg is an empty sequence`), with or
-    without --source, and the folder is left as it was."""
+    """A head add-mtp wrote for GLM, GLM-Flash or Nemotron-H (raw norms, as stored) needs no
+    repair (it stopped with `internal error: ValueError: min() arg is an empty sequence`), with or
+    without --source: the evidence is exact (mtpforge's record, or the source) and the folder is
+    left as it was."""
     src, mlx = fam[family]
     tgt = _copy(mlx, tmp_path / "t")
     add = run_cli(["add-mtp", "--source", str(src), "--target", str(tgt)])
@@ -73,7 +74,8 @@ def test_repair_norms_on_a_head_add_mtp_wrote_has_nothing_to_repair(fam, family:
         r = run_cli(["repair-norms", str(tgt), "--json", *extra])
         assert r.returncode == 0 and "Traceback" not in r.stderr and not error_lines(r.stderr), r.stderr
         rep = json.loads(r.stdout)
-        assert rep["status"] == "nothing-to-repair" and rep["files_written"] == [] and rep["evidence"] == "family"
+        assert rep["status"] == "nothing-to-repair" and rep["files_written"] == []
+        assert rep["evidence"] == ("source" if extra else "manifest"), rep
         assert folder_state(tgt) == before
 
 
