@@ -166,7 +166,7 @@ def nextn_prefixes(folder: Path) -> tuple[str, ...]:
         config = json.loads((folder / "config.json").read_text("utf-8"))
         family = detect_family(config) if isinstance(config, dict) else None
         spec = FAMILIES[family] if family else None
-        if spec is None or spec.head_index_key is None:
+        if spec is None or not spec.topology.nextn:
             return ()
         return tuple(p for p in spec.head_prefixes(config) if "mtp" not in p.split("."))
     except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError):
