@@ -245,7 +245,9 @@ def convention(ctx: InspectContext) -> tuple[str, str, dict[str, str], list[Find
     ctx.norm_means = {k: float(mx.mean(v.astype(mx.float32)).item()) for k, v in values.items()}
     found: list[Finding] = []
     if ctx.source:
-        bad = _foreign_source(ctx)  # another family's or size's source proves nothing: say so
+        # a raw-norm family's head: another family's or size's source proves nothing, a finding
+        # (a zero-centred family's comparison refuses such a source in one line: source_norms)
+        bad = _foreign_source(ctx) if not ctx.spec.norm_roles else None
         if bad is not None:
             return "unknown", "unknown", {}, [*found, bad]
         verdicts = _exact(ctx, ctx.source, values)
