@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, get_args
 
 from .errors import InputError, MtpforgeError, RefusedError
-from .interrupts import was_interrupted
+from .interrupts import caused_by_interrupt, settle
 from .layouts.table import LAYOUTS
 from .options import AddOptions, GgmlPrecision, HeadOptions, choices
 from .progress import Progress
@@ -219,7 +219,11 @@ def convert(
             dst.rmdir()  # an empty folder: replaced, as a new one would be
         os.replace(stage, dst)
     except BaseException as e:
-        if was_interrupted(e):
+        try:  # the handler of a Ctrl-C on its way runs at the first call here: inside this try
+            interrupted = not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
             raise _interrupted(stage, dst, mark) from None
         raise
     finally:
@@ -279,7 +283,9 @@ def _add_head(source: str, stage: Path, commit: str | None, opts: HeadOptions) -
     from .pipeline import add
 
     fields = opts.model_dump(include=set(HEAD_FIELDS) - {"revision"})
-    return add(AddOptions(source=source, target=str(stage), revision=commit, **fields), progress=False)
+    result = add(AddOptions(source=source, target=str(stage), revision=commit, **fields), progress=False)
+    assert isinstance(result, AddResult)  # an MLX folder (GGUF layouts were refused up front)
+    return result
 
 
 def _validate(stage: Path, runtime: str | None) -> dict[str, Any]:

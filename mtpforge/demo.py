@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from .errors import InputError, MtpforgeError
-from .interrupts import was_interrupted
+from .interrupts import caused_by_interrupt, settle
 
 BUNDLED_MODEL = "tiny-qwen3_5"
 TARGET_NAME = "tiny-qwen3_5-4bit"
@@ -222,7 +222,11 @@ def run_demo(directory: str | None = None, *, progress: bool = True, source: str
     try:
         return _run_steps(work, src, keep, progress, temporary=directory is None)
     except BaseException as e:
-        if was_interrupted(e):
+        try:  # the handler of a Ctrl-C on its way runs at the first call here: inside this try
+            interrupted = not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
             raise _interrupted(made) from None
         raise
 

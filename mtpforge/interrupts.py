@@ -82,15 +82,3 @@ def caused_by_interrupt(e: BaseException) -> bool:
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return False
-
-
-def was_interrupted(e: BaseException) -> bool:
-    """Whether ``e`` ends a command because of a Ctrl-C: one Python wrapped, or one on its way
-    (its handler runs at the first call made here, so this catches it too). An mtpforge error is
-    never one: it says its own cause."""
-    from .errors import MtpforgeError
-
-    try:
-        return not isinstance(e, MtpforgeError) and (caused_by_interrupt(e) or settle())
-    except KeyboardInterrupt:
-        return True
