@@ -6,12 +6,11 @@ from typing import Any
 
 from rich.console import Console
 
+from ..cells import human_bytes, norm_convention, print_rows
 from ..layouts.gguf import beside_trunk
 
 
 def render_inspect_gguf(r: dict[str, Any], console: Console) -> None:
-    from ..render import human_bytes, norm_convention, print_rows
-
     rows: list[tuple[str, Any]] = [("format", "GGUF (llama.cpp)" + (", headers only" if r.get("headers_only") else "")),
                                    ("architecture", r.get("architecture")), ("family", r.get("family")),
                                    ("layout", r.get("layout"))]
