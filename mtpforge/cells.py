@@ -15,6 +15,11 @@ from rich.text import Text
 from .checks.basis import norm_convention_text
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 norm tensor``, ``2 norm tensors``: a count a person reads (English plurals in -s)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def fits(table: Table, console: Console) -> bool:
     """Whether every cell keeps its longest word (a path) whole at the console's width."""
     unbounded = console.options.update_width(1 << 20)  # rich clamps a measurement to the width it is given

@@ -109,7 +109,11 @@ def run_command(
         _print_error(_interrupted(command), as_json, github, command)
         raise typer.Exit(130) from None
     except Exception as e:  # a bug: still one line, the traceback is one flag away
-        if caused_by_interrupt(e) or settle():  # Python wrapped the Ctrl-C, or it is on its way
+        try:  # the handler of a Ctrl-C on its way runs at the first call here (MLX's compiler died of it first)
+            interrupted = caused_by_interrupt(e) or settle()
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:  # Python wrapped the Ctrl-C, or it was on its way
             _print_error(_interrupted(command), as_json, github, command)
             raise typer.Exit(130) from None
         if debug:
@@ -520,7 +524,10 @@ def main() -> None:
         command = next((a for a in sys.argv[1:] if not a.startswith("-")), "") if not _DONE else ""
         _print_error(_interrupted(command), "--json" in sys.argv)
         _exit_interrupted()
-    except SystemExit:
+    except SystemExit as e:
+        if not _INTERRUPTED and e.code == 130:  # click's own answer to a Ctrl-C that got past run_command
+            command = next((a for a in sys.argv[1:] if not a.startswith("-")), "") if not _DONE else ""
+            _print_error(_interrupted(command), "--json" in sys.argv)
         if _INTERRUPTED:
             _exit_interrupted()
         raise

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .cells import fits, human_bytes, norm_convention, print_rows
+from .cells import counted, fits, human_bytes, norm_convention, print_rows
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -135,7 +135,7 @@ def render_verify(r: dict[str, Any], console: Console) -> None:
         elif isinstance(v, float):
             v = f"{v:.2f}"
         elif k == "tokens" and r.get("prompts") and r.get("max_tokens"):
-            v = f"{v} ({r['prompts']} prompt{'s' if r['prompts'] != 1 else ''}, up to {r['max_tokens']} each)"
+            v = f"{v} ({counted(r['prompts'], 'prompt')}, up to {r['max_tokens']} each)"
         rows.append((k, v))
     print_rows(rows, console)
     for n in r.get("notes", []):
@@ -193,7 +193,7 @@ def render_repair(r: dict[str, Any], console: Console) -> None:
                       f"MLX's convention (evidence: {r.get('evidence')})", soft_wrap=True)
         return
     verb = "would change" if r.get("dry_run") else "[bold green]✓[/bold green] changed"
-    console.print(f"{verb} {len(r.get('changed_norms', {}))} norm tensors ({r.get('bytes_rewritten', 0):,} bytes) "
+    console.print(f"{verb} {counted(len(r.get('changed_norms', {})), 'norm tensor')} ({r.get('bytes_rewritten', 0):,} bytes) "
                   f"in {r['target']} (evidence: {r.get('evidence')}):")
     for k, o in (r.get("changed_norms") or {}).items():
         console.print(f"  {k}: {o}")

@@ -27,6 +27,7 @@ from .families.unhandled import not_handled
 from . import __version__
 from .checkpoint.catalogue import load_catalogue
 from .checkpoint.store import LocalStore
+from .cells import counted
 from .checkpoint.tensors import to_bytes
 from .checks.norm_behaviour import SHIFT_NAMES, judge_norms, offset_for
 from .checks.norm_sources import BEHAVIOUR_LAYOUTS, settle_weak_groups
@@ -127,7 +128,7 @@ def repair_norms(
         return report
 
     check_writable_parent(folder)
-    prog.step(f"patching {len(per_key)} norm tensors ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
+    prog.step(f"patching {counted(len(per_key), 'norm tensor')} ({report['bytes_rewritten']:,} bytes) in {', '.join(sorted(patches))}")
     with StagedFolder(folder) as stage:
         copies = {rel: _patch_file(folder, stage, rel, ps) for rel, ps in patches.items()}
         stage.write_bytes(MANIFEST, dump_json(_manifest(stage.stage, folder, loc.stored_keys, report, family, sorted(patches))))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .cells import counted
 from .errors import InputError
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}
@@ -113,7 +114,7 @@ def render_html(r: dict[str, Any]) -> str:
         f"<style>{_CSS}</style></head><body>",
         f"<h1>MTP verification <span class=\"verdict {'ok' if ok else 'bad'}\">{'passed' if ok else 'FAILED'}</span></h1>",
         f"<p class=\"muted\">{html.escape(str(r.get('target')))} · mtpforge {html.escape(__version__)} · "
-        f"{r.get('prompts')} prompt(s), {r.get('max_tokens')} tokens each, temperature {r.get('temp')}</p>",
+        f"{counted(int(r.get('prompts') or 0), 'prompt')}, {r.get('max_tokens')} tokens each, temperature {r.get('temp')}</p>",
         '<h2 id="by-position">Acceptance by draft position</h2>',
         bar_chart(by_pos, [f"position {i + 1}" for i in range(len(by_pos))], title="acceptance by draft position",
                   colour=POSITION_COLOUR, css_class="by-position"),
@@ -149,7 +150,7 @@ def _md(v: Any) -> str:
 def render_markdown(r: dict[str, Any]) -> str:
     by_pos = list(r.get("acceptance_by_position") or [])
     lines = [f"## MTP verification: {'passed' if r.get('ok') else 'FAILED'}", "",
-             f"`{_md(r.get('target'))}` · mtpforge {__version__} · {r.get('prompts')} prompt(s), {r.get('max_tokens')} tokens each", "",
+             f"`{_md(r.get('target'))}` · mtpforge {__version__} · {counted(int(r.get('prompts') or 0), 'prompt')}, {r.get('max_tokens')} tokens each", "",
              "| | |", "|---|---|",
              f"| identical to plain greedy | {_md(r.get('identical'))} |",
              f"| acceptance | {_pct(r.get('acceptance'))} ({r.get('accepted')} of {r.get('drafted')} drafts) |",

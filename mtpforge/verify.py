@@ -16,6 +16,7 @@ from .families import FAMILIES
 from .families.tables import is_head_key
 from .layouts.table import MANIFEST, is_drafter_type
 from .manifest import record_measurement
+from .cells import counted
 from .progress import Progress
 
 #: Plain text (and one chat turn): every model continues plain text, while chat templates differ
@@ -83,7 +84,7 @@ def verify(
 
     _finite_draft(bb, head, encoded[0], report["problems"])
     variants = list(HIDDEN_VARIANTS) if hidden == "auto" else [hidden]
-    prog.step(f"decoding {len(encoded)} prompt(s), {max_tokens} tokens each: plain, then MTP at depth {depth} "
+    prog.step(f"decoding {counted(len(encoded), 'prompt')}, {max_tokens} tokens each: plain, then MTP at depth {depth} "
               f"with the {' and '.join(variants)}-norm hidden state")
     plain, runs, per_variant = _decode(bb, head, encoded, variants, max_tokens=max_tokens, depth=depth, temp=temp, seed=seed)
     # the better variant; on a tie post-norm, what vLLM, SGLang and llama.cpp feed (docs/SPEC.md §3)

@@ -10,10 +10,12 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pytest
 
@@ -21,10 +23,21 @@ REPO = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
+class Run(NamedTuple):
+    rc: int
+    text: str  # what the terminal showed
+    before_signal: str  # what it had shown when Ctrl-C was pressed ("" if never pressed)
+
+
+def clean(raw: bytes) -> str:
+    return ANSI.sub("", raw.decode(errors="replace")).replace("\r\n", "\n").replace("\r", "\n")
+
+
 def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float = 0.0,
-          timeout: float = 600) -> tuple[int, str]:
+          timeout: float = 600) -> Run:
     """Run ``mtpforge ARGS`` on a pseudo-terminal; once ``stage`` was printed (or at once),
-    wait ``delay`` seconds and press Ctrl-C. Returns (exit status, what the terminal showed)."""
+    wait ``delay`` seconds and press Ctrl-C. A stage is words no path holds (the test's own
+    folder is named after its parameters: "decoding" alone is found in the first path printed)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf-home"),
            "COLUMNS": "120", "NO_COLOR": "1", "TMPDIR": str(cwd / "tmp")}
     (cwd / "tmp").mkdir(exist_ok=True)
@@ -32,18 +45,18 @@ def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float 
     if pid == 0:  # the child: a session of its own with the pty as its terminal
         os.chdir(cwd)
         os.execvpe(sys.executable, [sys.executable, "-m", "mtpforge", *args], env)
-    out, sent, t0 = b"", False, time.monotonic()
+    out, sent, t0, at_signal = b"", False, time.monotonic(), b""
     seen_at: float | None = t0 if stage is None else None
     while True:
         now = time.monotonic()
-        if seen_at is None and stage is not None and stage.encode() in out:
+        if seen_at is None and stage is not None and stage in clean(out):  # rich styles numbers
             seen_at = now
         if not sent and seen_at is not None and now - seen_at >= delay:
             try:
                 os.killpg(pid, signal.SIGINT)  # the whole foreground group, as the terminal does
             except ProcessLookupError:  # not yet its own group
                 os.kill(pid, signal.SIGINT)
-            sent = True
+            sent, at_signal = True, out
         assert now - t0 < timeout, ANSI.sub("", out.decode(errors="replace"))
         r, _, _ = select.select([fd], [], [], 0.01)
         if r:
@@ -56,9 +69,14 @@ def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float 
             out += chunk
     _, status = os.waitpid(pid, 0)
     os.close(fd)
-    text = ANSI.sub("", out.decode(errors="replace")).replace("\r\n", "\n").replace("\r", "\n")
-    return os.waitstatus_to_exitcode(status), text
+    return Run(os.waitstatus_to_exitcode(status), clean(out), clean(at_signal))
 
+
+def too_late(run: Run, done: str) -> bool:
+    """True when Ctrl-C was pressed only after the command had printed its last line ``done``
+    (a short last stage on a busy machine: the test reads the terminal late). Such a press
+    interrupts nothing; the command's exit 0 is then the truth, not a missed interrupt."""
+    return run.rc == 0 and done in run.before_signal
 
 def interrupted_line(rc: int, text: str) -> str:
     assert rc == 130, (rc, text[-3000:])
@@ -78,21 +96,35 @@ def state(folder: Path) -> dict[str, str]:
 def test_ctrl_c_in_the_demo(tmp_path: Path, stage: str | None, delay: float) -> None:
     work, keep = tmp_path / "work", tmp_path / "tour"
     keep.mkdir()  # one folder that existed (empty) and one the demo makes
-    rc, text = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage=stage, delay=delay)
+    rc, text, _ = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage=stage, delay=delay)
     line = interrupted_line(rc, text)
     assert "re-run" in line, line
     if "before anything was written" not in line:  # the demo had begun: it names what it removed
         assert f"{keep} is empty again" in line and f"{work} was removed" in line, line
     assert not work.exists() and list(keep.iterdir()) == [] and not list((tmp_path / "tmp").glob("mtpforge-demo-*"))
     if stage == "3/5":  # the advice, followed
-        rc, text = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage="no such stage", timeout=900)
+        rc, text, _ = drive(["demo", str(work), "--keep", str(keep)], tmp_path, stage="no such stage", timeout=900)
         assert rc == 0 and "demo passed" in text, text[-3000:]
 
 
 def test_ctrl_c_in_a_demo_without_a_folder_leaves_no_temporary_folder(tmp_path: Path) -> None:
-    rc, text = drive(["demo"], tmp_path, stage="2/5", delay=0.2)
+    rc, text, _ = drive(["demo"], tmp_path, stage="2/5", delay=0.2)
     line = interrupted_line(rc, text)
     assert "was removed" in line and not list((tmp_path / "tmp").glob("mtpforge-demo-*")), line
+
+
+def press(args: list[str], cwd: Path, *, stage: str | None, delay: float, done: str,
+          undo: Callable[[], None]) -> Run:
+    """``drive``, pressed again (three tries) while the press came only after the command's last
+    line ``done``; ``undo`` puts the folder back between tries. A stage of a few milliseconds is
+    hit only when the machine lets the test read the terminal in time: after three late presses
+    the exit 0 of a finished command is what is checked."""
+    for _ in range(3):
+        run = drive(args, cwd, stage=stage, delay=delay)
+        if not too_late(run, done):
+            return run
+        undo()
+    return run
 
 
 @pytest.mark.parametrize("stage,delay", [("mlx_lm.convert", 0.3), ("putting the MTP head back", 0.0),
@@ -100,43 +132,123 @@ def test_ctrl_c_in_a_demo_without_a_folder_leaves_no_temporary_folder(tmp_path: 
 def test_ctrl_c_in_convert(tmp_path: Path, make_hf, stage: str | None, delay: float) -> None:
     src, out = make_hf("qwen3_5"), tmp_path / "out"
     args = ["convert", "--hf-path", str(src), "--mlx-path", str(out), "-q"]
-    rc, text = drive(args, tmp_path, stage=stage, delay=delay)
-    line = interrupted_line(rc, text)
+
+    def undo() -> None:
+        assert (out / "mtpforge.json").is_file()  # a finished run: the folder is complete
+        shutil.rmtree(out)
+
+    run = press(args, tmp_path, stage=stage, delay=delay, done="no problems found", undo=undo)
+    if too_late(run, "no problems found"):
+        assert (out / "mtpforge.json").is_file() and "Traceback" not in run.text, run.text[-3000:]
+        return
+    line = interrupted_line(run.rc, run.text)
     assert not [p for p in tmp_path.iterdir() if ".mtpforge-convert-" in p.name], "a staging folder left behind"
     if "nothing was written" in line or "before anything was written" in line:
         assert not out.exists(), line
         assert "re-run" in line
-        rc, text = drive(args, tmp_path, stage="no such stage")
+        rc, text, _ = drive(args, tmp_path, stage="no such stage")
         assert rc == 0 and (out / "mtpforge.json").is_file(), text[-3000:]
     else:
         assert "holds the model with its head" in line and (out / "mtpforge.json").is_file(), line
         assert ".mtpforge-convert-" not in line
 
 
-@pytest.mark.parametrize("stage", ["reading", "validating the staged folder"])
+@pytest.mark.parametrize("stage", ["reading the source", "validating the staged folder"])
 def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> None:
     src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    before = state(tgt)
+    before, spare = state(tgt), tmp_path / "spare"
+    shutil.copytree(tgt, spare, symlinks=True)
     args = ["add-mtp", "--source", str(src), "--target", str(tgt)]
-    rc, text = drive(args, tmp_path, stage=stage, delay=0.0)
-    line = interrupted_line(rc, text)
+
+    def undo() -> None:
+        assert (tgt / "mtpforge.json").is_file()
+        shutil.rmtree(tgt)
+        shutil.copytree(spare, tgt, symlinks=True)
+
+    run = press(args, tmp_path, stage=stage, delay=0.0, done="no problems found", undo=undo)
+    if too_late(run, "no problems found"):
+        assert (tgt / "mtpforge.json").is_file() and "Traceback" not in run.text, run.text[-3000:]
+        return
+    line = interrupted_line(run.rc, run.text)
     if "left as it was" in line:
         assert state(tgt) == before
-        rc, text = drive(args, tmp_path, stage="no such stage")
+        rc, text, _ = drive(args, tmp_path, stage="no such stage")
         assert rc == 0 and (tgt / "mtpforge.json").is_file(), text[-3000:]
     else:
         assert "committed" in line and (tgt / "mtpforge.json").is_file(), line
 
 
-@pytest.mark.parametrize("stage", ["loading the backbone", "decoding"])
+@pytest.mark.parametrize("stage", ["loading the backbone", "decoding 1 prompt"])
 def test_ctrl_c_in_verify(tmp_path: Path, make_hf, make_target, stage: str) -> None:
     src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
-    rc, text = drive(["add-mtp", "--source", str(src), "--target", str(tgt)], tmp_path, stage="no such stage")
+    rc, text, _ = drive(["add-mtp", "--source", str(src), "--target", str(tgt)], tmp_path, stage="no such stage")
     assert rc == 0, text[-3000:]
     before = state(tgt)
     args = ["verify", str(tgt), "--generate", "--prompt", "hello", "--max-tokens", "16"]
-    rc, text = drive(args, tmp_path, stage=stage, delay=0.2)
-    line = interrupted_line(rc, text)
-    assert "left as it was" in line and state(tgt) == before, line  # verify changes nothing
-    rc, text = drive(args, tmp_path, stage="no such stage")
+    run = press(args, tmp_path, stage=stage, delay=0.2, done="speedup", undo=lambda: None)
+    assert state(tgt) == before  # verify changes nothing, interrupted or not
+    if too_late(run, "speedup"):
+        return
+    line = interrupted_line(run.rc, run.text)
+    assert "left as it was" in line, line
+    rc, text, _ = drive(args, tmp_path, stage="no such stage")
     assert rc in (0, 1) and "identical" in text, text[-3000:]  # the advice: re-run (the random head may draft badly)
+
+
+@pytest.mark.parametrize("stage,delay", [("reading the source", 0.0), ("decoding 4 prompts", 0.2)])
+def test_ctrl_c_in_run(tmp_path: Path, make_hf, make_target, stage: str, delay: float) -> None:
+    """A recipe: the add step (before its commit the folder is as it was) and the verify check
+    after it (the head is in: the line names the committed folder, whose head inspect reads)."""
+    src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    before, recipe = state(tgt), tmp_path / "recipe.yaml"
+    recipe.write_text(f"source: {src}\ntarget: {tgt}\nchecks:\n  verify:\n    generate: true\n    max_tokens: 32\n")
+    rc, text, _ = drive(["run", str(recipe)], tmp_path, stage=stage, delay=delay)
+    line = interrupted_line(rc, text)
+    if stage.startswith("decoding"):  # the verify check runs after the head was written
+        assert "committed" in line, text[-3000:]
+    if "left as it was" in line:
+        assert state(tgt) == before, line
+        rc, text, _ = drive(["run", str(recipe)], tmp_path, stage="no such stage")
+        assert rc == 0 and "every check passed" in text, text[-3000:]
+    else:
+        assert "committed" in line and str(tgt) in line and (tgt / "mtpforge.json").is_file(), line
+        rc, text, _ = drive(["inspect", str(tgt)], tmp_path, stage="no such stage")
+        assert rc == 0 and "no problems found" in text, text[-3000:]
+
+
+#: repair-norms' last line says what it changed and on what evidence
+REPAIRED = "(evidence: source)"
+
+
+@pytest.mark.parametrize("stage", ["comparing the head's norms", "committing"])
+def test_ctrl_c_in_repair_norms(tmp_path: Path, make_hf, make_target, stage: str) -> None:
+    """A head written by "another tool" with its final norm raw, repaired from the source: before
+    the commit the folder is as it was (and the repair, re-run, succeeds); after it, repaired."""
+    from mtpforge.pipeline import add_mtp
+    from tests.test_norm_behaviour import breakage
+
+    src, tgt = make_hf("qwen3_5"), make_target("qwen3_5")
+    add_mtp(source=str(src), target=str(tgt), layout="embedded", precision="bf16", progress=False)
+    (tgt / "mtpforge.json").unlink()
+    breakage(tgt, {"norm.weight": -1})
+    before, spare = state(tgt), tmp_path / "spare"
+    shutil.copytree(tgt, spare, symlinks=True)
+    args = ["repair-norms", str(tgt), "--source", str(src)]
+
+    def undo() -> None:
+        shutil.rmtree(tgt)
+        shutil.copytree(spare, tgt, symlinks=True)
+
+    run = press(args, tmp_path, stage=stage, delay=0.0, done=REPAIRED, undo=undo)
+    if too_late(run, REPAIRED):
+        assert state(tgt) != before and "Traceback" not in run.text, run.text[-3000:]
+        return
+    line = interrupted_line(run.rc, run.text)
+    if "left as it was" in line:
+        assert state(tgt) == before, line
+        rc, text, _ = drive(args, tmp_path, stage="no such stage")
+        assert rc == 0 and REPAIRED in text, text[-3000:]
+    else:
+        assert "committed" in line and state(tgt) != before, line
+    rc, text, _ = drive(["inspect", str(tgt), "--source", str(src)], tmp_path, stage="no such stage")
+    assert ("shifted" in text) == (state(tgt) != before), text[-3000:]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..cells import counted
 from ..errors import InputError, RefusedError
 from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
@@ -52,7 +53,7 @@ def verify_gguf(
     binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
     prog = Progress(enabled=progress)
-    prog.step(f"plain greedy decoding with {binary.name} ({len(texts)} prompt(s), {max_tokens} tokens each)")
+    prog.step(f"plain greedy decoding with {binary.name} ({counted(len(texts), 'prompt')}, {max_tokens} tokens each)")
     t0 = time.monotonic()
     with llama_server(binary, tpath) as srv:
         plain = decode_all(srv, texts, max_tokens)
