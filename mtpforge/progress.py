@@ -27,7 +27,7 @@ class Progress:
 
     @contextlib.contextmanager
     def bytes_bar(self, label: str, total: int) -> Iterator[Callable[[int], None]]:
-        if not self.enabled:
+        if not self.enabled or not self.console.is_terminal:  # a log gets no bar (rich leaves a blank line there)
             yield lambda n: None
             return
         cols = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())

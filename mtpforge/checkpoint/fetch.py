@@ -33,6 +33,7 @@ import httpx2
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
+from ..cells import counted
 from ..errors import InputError, NetworkError, RefusedError
 from ..progress import Progress, TqdmBridge
 from .hub import HubStore, RangeIgnoredError, snapshot_file, hub_errors, repo_cache_dir, retry_wait, stream_range
@@ -263,7 +264,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
 
     # 3. whole shards (asked for, or the server ignores Range)
     files = sorted({i.file for i in missing})
-    with prog.bytes_bar(f"downloading {len(files)} shard(s)", sum(store.size(f) for f in files)) as advance:
+    with prog.bytes_bar(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
         for f in files:
             path = _download_shard(store, f, advance)
             if os.path.getsize(path) != store.size(f):
