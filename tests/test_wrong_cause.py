@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -52,11 +52,13 @@ def test_a_mistyped_local_path_is_no_such_folder_at_once(tmp_path: Path, make_ta
     """``tour/`` exists here, so ``tour/x`` is a path, never a Hub repo id and a network timeout."""
     (tmp_path / "tour").mkdir()
     make_target("qwen3_5").rename(tmp_path / "tour" / "model")
-    t0 = time.monotonic()
-    p = cli(*argv, cwd=tmp_path)
-    line = one_line(p)
-    assert p.returncode == 2 and "cannot reach" not in line and ("no such folder" in line or "does not exist" in line), line
-    assert time.monotonic() - t0 < 7.5
+    with socket.create_server(("127.0.0.1", 0)) as hub:  # a "Hub" that counts who knocks
+        hub.setblocking(False)
+        p = cli(*argv, cwd=tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{hub.getsockname()[1]}")
+        line = one_line(p)
+        assert p.returncode == 2 and "cannot reach" not in line and ("no such folder" in line or "does not exist" in line), line
+        with pytest.raises(BlockingIOError):  # nobody connected: the Hub was never asked
+            hub.accept()
 
 
 def test_verify_says_a_file_is_not_a_gguf_before_looking_for_llama_server(tmp_path: Path) -> None:
