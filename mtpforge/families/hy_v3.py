@@ -94,8 +94,8 @@ HY_V3 = FamilySpec(
     # what llama.cpp's hy_v3 loader asks for (``tn(LLM_TENSOR_FFN_EXP_PROBS_B, i)``)
     gguf_names={Role.ROUTER_BIAS: "exp_probs_b"},
     example_repo="tencent/Hy3",
-    mlx_drafted_by="MTPLX 2.12.2's hy_v3_mtp drafts it from the release's own shards (its vendored hy_v3 model), "
-                   "and no released mlx-lm converts the model (docs/families/hy_v3.md)",
+    mlx_drafted_by="MTPLX 2.12.2 drafts it from the release's own shards; no released mlx-lm converts it "
+                   "(docs/families/hy_v3.md)",
     raw_marker_suffixes=RAW_MARKERS,
     # a per-expert backbone expert: the release stores them so, an MLX conversion stacks them
     is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),
