@@ -126,3 +126,15 @@ def test_a_trunk_of_another_expert_count_is_refused_before_anything_is_fetched(s
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 1 and len(lines) == 1 and "8 vs 4" in lines[0], r.stderr
     assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
+
+
+def test_add_mtp_into_the_release_itself_suggests_the_gguf_as_inspect_does(src: Path) -> None:
+    """No released mlx-lm converts Hy3, so neither add-mtp nor inspect sends the user to an MLX
+    conversion of the original checkpoint: both name the GGUF trunk."""
+    r = mtpforge("add-mtp", "--source", str(src), "--target", str(src))
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    code, rep = judged.inspect_json(src)
+    (f,) = rep["findings"]
+    want = f"mtpforge add-mtp --source {src} --target <trunk>.gguf"
+    assert r.returncode == 2 and want in line and "convert" not in line, line
+    assert code == 0 and f["code"] == "HF_SOURCE_CHECKPOINT" and want in f["fix"], f
