@@ -87,7 +87,7 @@ def test_inspect_verify_and_remove_mtp_speak_of_the_hy3_head(src: Path, tmp_path
     code, rep = judged.inspect_json(official(src, "full", "f32", pre=PRE), "--source", str(src))
     assert code == 0 and rep["findings"] == [] and rep["layout"] == "gguf-tail"
     if (gguf_env.BIN / "llama-server").is_file():
-        r = mtpforge("verify", str(trunk), "--json", "--max-tokens", "16")
+        r = mtpforge("verify", str(trunk), "--json", "--max-tokens", "16", "--prompt", "Count: 3, 4, 5, 6, 7, 8.")
         v = json.loads(r.stdout)
         assert r.returncode == 0 and v["identical"] is True and v["drafted"] > 0, r.stderr
     r = mtpforge("remove-mtp", str(trunk), "--json")
