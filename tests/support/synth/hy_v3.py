@@ -19,7 +19,9 @@ trunk's embedding and ``lm_head``. Norms are raw (``w · x̂``, transformers' ``
 The config carries both spellings of the expert width the readers use: ``moe_intermediate_size``
 (llama.cpp's converter, transformers) and ``expert_hidden_dim`` (MTPLX's vendored model).
 
-Dimensions: hidden 64, 2 trunk layers (dense, MoE), 4 experts (2 per token).
+The weights are random but for the MTP layer's, which is built to draft (``drafting_tensors``), so
+llama-server accepts some of its drafts. Dimensions: hidden 64, 2 trunk layers (dense, MoE), 4
+experts (2 per token).
 """
 
 from __future__ import annotations
