@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtpforge.gguf.names import block_of
@@ -150,7 +151,7 @@ def test_the_drafting_comparison_sees_a_misread_block(src: Path, tmp_path: Path)
     trunk = _trunk(src, tmp_path)
     ours = Path(judged.add_mtp(trunk, src, "--precision", "f32")["output"])
 
-    def swap(k: str, a):  # noqa: ANN001, ANN202
+    def swap(k: str, a: np.ndarray) -> np.ndarray | None:
         if k.endswith("nextn.eh_proj.weight"):
             h = a.shape[0]
             return a[:, list(range(h, 2 * h)) + list(range(h))]
