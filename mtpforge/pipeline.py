@@ -60,9 +60,12 @@ def _open_target(target: str) -> tuple[Path, Catalogue, str]:
     if is_drafter_type(cat.config.get("model_type")):
         raise InputError(f"{target} is an mlx-vlm drafter folder, not a model", "pass the MLX model folder as --target")
     if is_raw_hf(cat):
-        raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model",
-                         f"convert it with the head kept: mtpforge convert --hf-path {target} --mlx-path <new folder> -q; "
-                         f"or use it as --source for your MLX conversion")
+        # what inspect's HF_SOURCE_CHECKPOINT says: a family written for llama.cpp only has no MLX conversion to make
+        fix = (f"put its head into your llama.cpp GGUF: mtpforge add-mtp --source {target} --target <trunk>.gguf"
+               if FAMILIES[family].gguf_only else
+               f"convert it with the head kept: mtpforge convert --hf-path {target} --mlx-path <new folder> -q; "
+               f"or use it as --source for your MLX conversion")
+        raise InputError(f"{target} is a raw Hugging Face checkpoint, not an MLX model", fix)
     cat.refuse_invalid()  # add-mtp builds on the config's quantization and rewrites the index
     return path, cat, family
 

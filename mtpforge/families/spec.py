@@ -229,6 +229,11 @@ class FamilySpec:
     #: beside GLM-4.7-Flash's ``glm4``, both ``deepseek2``: the converter writes no other key that
     #: differs by family rather than by size); empty: the architecture's only or first family
     gguf_tokenizer_pre: tuple[str, ...] = ()
+    #: Role -> llama.cpp's name relative to ``blk.{n}.`` where this family's converter and loader
+    #: spell it otherwise than the architecture's gguf-py rows (Hy3's suffix-less
+    #: ``exp_probs_b``: its converter keeps the source's missing suffix and its loader asks for
+    #: that name); empty: the rows' names
+    gguf_names: Mapping[Role, str] = field(default_factory=dict)
     #: backbone key suffixes whose tensor tells a raw release from a converted one (a remote
     #: source's shard holding one is read for its header)
     raw_marker_suffixes: tuple[str, ...] = ()

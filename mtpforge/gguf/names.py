@@ -119,7 +119,7 @@ def tensor_names(arch: str | None) -> dict[Role, str]:
 
 def family_names(spec: FamilySpec) -> dict[Role, str]:
     """Role -> llama.cpp's name relative to ``blk.{n}.`` in the family's GGUFs."""
-    return tensor_names(spec.gguf_names_as or spec.gguf_arch)
+    return {**tensor_names(spec.gguf_names_as or spec.gguf_arch), **spec.gguf_names}
 
 
 #: Role -> llama.cpp's name relative to ``blk.{n}.``, as most architectures spell it

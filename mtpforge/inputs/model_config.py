@@ -70,6 +70,7 @@ class _Core(BaseModel):
     num_experts: Optional[Dim] = Field(None, description=_DIM)
     n_routed_experts: Optional[Dim] = Field(None, description=_DIM)
     n_shared_experts: Optional[Dim] = Field(None, description=_DIM)
+    num_shared_experts: Optional[Dim] = Field(None, description=_DIM)
     moe_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     shared_expert_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     vocab_size: Optional[Dim] = Field(None, description=_DIM)
