@@ -47,6 +47,7 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     "deepseek_v3": _builder("deepseek_v3", "build_deepseek_v3"),
     "deepseek_v32": _builder("deepseek_v32", "build_deepseek_v32"),
     "glm_moe_dsa": _builder("glm_moe_dsa", "build_glm_moe_dsa"),
+    "mimo_v2_flash": _builder("mimo_v2_flash", "build_mimo_v2_flash"),
 }
 
 
