@@ -105,4 +105,6 @@ MIMO_V2_FLASH = FamilySpec(
     gguf_nextn_before=("general.quantization_version",),
     # mimo2.cpp's MTP graph reads only the fused projection ("MIMO2 MTP requires fused attn_qkv")
     gguf_fused={Role.QKV_PROJ: (Role.Q_PROJ, Role.K_PROJ, Role.V_PROJ)},
+    # mimo2.cpp emits the trunk's last hidden state before output_norm as t_h_nextn
+    gguf_mtp_hidden="pre",
 )

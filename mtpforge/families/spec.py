@@ -279,6 +279,10 @@ class FamilySpec:
     #: converter) keep them apart (MiMo-V2's MTP ``attn_qkv``: query, key, value rows, at the
     #: offsets ``mimo2.cpp`` views); the GGUF emitter writes the fused tensor in their place
     gguf_fused: Mapping[Role, tuple[Role, ...]] = field(default_factory=dict)
+    #: the trunk hidden state llama.cpp's MTP graph for this family hands the head (its
+    #: ``t_h_nextn``): ``post`` (after ``output_norm``: Qwen, GLM, DeepSeek, ...) or ``pre``
+    #: (``mimo2.cpp`` takes it before the norm); what ``verify`` of a GGUF reports
+    gguf_mtp_hidden: str = "post"
     #: part role -> module path (``{i}``: the MTP layer) in mlx-lm's decoder layer, for a tensor
     #: the family stores whole and mlx-lm's sanitize splits (MLA's ``kv_b_proj`` into the
     #: absorbed ``K_B`` / ``V_B``): what the bundled decoder splits on load (passes/mla.py);
