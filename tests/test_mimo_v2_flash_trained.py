@@ -48,3 +48,14 @@ def test_our_head_decodes_as_plain_and_drafts_well(qtype: str, tmp_path: Path) -
     ours = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
     assert ours["tokens"] == plain["tokens"]
     assert ours["drafted"] > 300 and ours["acceptance"] >= ACCEPTANCE_FLOOR, ours["acceptance"]
+
+
+def test_verify_decodes_as_plain_and_says_mimo2_reads_the_pre_norm_state(tmp_path: Path) -> None:
+    gguf_env.need("server")
+    trunk = Path(shutil.copyfile(official(MODEL, "trunk", "f32", pre=PRE), tmp_path / "trained.gguf"))
+    assert mtpforge("add-mtp", "--source", str(MODEL), "--target", str(trunk)).returncode == 0
+    r = mtpforge("verify", str(trunk), "--json", "--prompt", "Count: 3, 4, 5, 6, 7, 8.", "--max-tokens", "24")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["identical"] is True and v["drafted"] > 0 and v["hidden"] == "pre"
+    assert v["notes"] == ["llama.cpp feeds its MTP head the pre-norm hidden state"]
