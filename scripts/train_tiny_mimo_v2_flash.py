@@ -4,8 +4,9 @@ tests/data/tiny-mimo_v2_flash-trained/. A thin shell over ``tests.support.synth.
 
 The sibling of scripts/train_tiny_deepseek_v3.py, at MiMo-V2-Flash's shapes (hybrid full /
 sliding-window attention with sinks, a narrower value head, a sigmoid-routed MoE), MTP layer 0
-fed the trunk's pre-norm hidden state as llama.cpp's mimo2 graph feeds it. Seeded: same seed, same BLAS and thread count, the same weights. The committed
-folder was made as ``python scripts/train_tiny_mimo_v2_flash.py`` (mlx's CPU BLAS, Linux x86-64).
+fed the trunk's pre-norm hidden state as llama.cpp's mimo2 graph feeds it. Seeded: same seed, same
+BLAS and thread count, the same weights. The committed folder (about 10 minutes on a busy 2-core
+machine) was made as ``python scripts/train_tiny_mimo_v2_flash.py`` (mlx's CPU BLAS, Linux x86-64).
 """
 
 from __future__ import annotations
