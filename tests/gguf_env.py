@@ -54,8 +54,10 @@ def _cached(folder: Path, name: str) -> tuple[Path, bool]:
 
 
 #: model types whose config.json the converter must read as stored: transformers 5.24 maps them to
-#: a config class that renames the keys the converter reads (docs/families/step3p5.md §2)
-RAW_CONFIG_MODEL_TYPES = ("step3p5",)
+#: a config class that renames the keys the converter reads (docs/families/step3p5.md §2), or, for
+#: MiMo-V2-Flash, fills per-layer-type ``rope_parameters`` that hide the release's
+#: ``partial_rotary_factor`` from it (KeyError; docs/families/mimo_v2_flash.md)
+RAW_CONFIG_MODEL_TYPES = ("step3p5", "mimo_v2_flash")
 
 
 def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "qwen35") -> Path:

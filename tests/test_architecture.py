@@ -173,7 +173,8 @@ def _key_fragments() -> tuple[set[str], set[str]]:
     A row's key template yields each segment with an underscore (``pre_fc_norm_hidden``,
     ``shared_expert_gate``, ``switch_mlp``), each pair of adjacent segments (``mlp.gate``,
     ``experts.down_proj``) and, without placeholders, the key itself (``fc.weight``, and
-    ``{i}.enorm.weight`` whose only placeholder is the step); a spec's
+    ``{i}.enorm.weight`` whose only placeholder is the step, or what follows the step from its dot,
+``.enorm.weight`` of ``layers.{i}.enorm.weight``); a spec's
     head prefixes yield themselves (``mtp.``, ``language_model.mtp.``, the literal part of
     ``model.layers.{N}.``)."""
     from mtpforge.families import FAMILIES
@@ -194,6 +195,8 @@ def _key_fragments() -> tuple[set[str], set[str]]:
                 frags.add(row.key)
             elif row.key.startswith("{i}.") and "{" not in row.key[4:]:
                 frags.add(row.key)  # a step-indexed key, spelled whole (Step-3.5's ``{i}.enorm.weight``)
+            elif "{e}" not in row.key and "{" not in (tail := row.key.rsplit("{i}", 1)[1]):
+                frags.add(tail)  # what follows the step, from its dot (MiMo-V2's ``.enorm.weight``)
     frags.discard("")
     return frags, formats
 

@@ -48,6 +48,7 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     "deepseek_v32": _builder("deepseek_v32", "build_deepseek_v32"),
     "glm_moe_dsa": _builder("glm_moe_dsa", "build_glm_moe_dsa"),
     "hy_v3": _builder("hy_v3", "build_hy_v3"),
+    "mimo_v2_flash": _builder("mimo_v2_flash", "build_mimo_v2_flash"),
 }
 
 

@@ -81,6 +81,13 @@ class Role(str, Enum):
     INDEXER_K_NORM = "indexer_k_norm"
     INDEXER_K_NORM_BIAS = "indexer_k_norm_bias"
     INDEXER_PROJ = "indexer_proj"
+    # MiMo-V2: the attention's per-head sink logits, the MTP layer's own output norm (its
+    # ``final_layernorm``, before the shared lm_head), and the fused query/key/value projection
+    # llama.cpp's ``mimo2`` MTP graph reads (a llama.cpp-side role no source spells:
+    # ``FamilySpec.gguf_fused``)
+    ATTN_SINKS = "attn_sinks"
+    LAYER_OUT_NORM = "layer_out_norm"
+    QKV_PROJ = "qkv_proj"
 
 
 #: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not
@@ -88,6 +95,7 @@ class Role(str, Enum):
 NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
     Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM, Role.Q_A_NORM, Role.KV_A_NORM, Role.INDEXER_K_NORM,
+    Role.LAYER_OUT_NORM,
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})
@@ -271,6 +279,15 @@ class FamilySpec:
     #: family's MTP block (Nemotron-H's router: the converter's F32 rule matches the block index
     #: it reads from the source name, and ``mtp.layers.1`` gives 1, not the block's)
     gguf_quantized_roles: frozenset[Role] = frozenset()
+    #: a llama.cpp-side role -> the source roles whose rows it holds, concatenated in this order,
+    #: where the family's llama.cpp graph reads one fused tensor but the source (and the
+    #: converter) keep them apart (MiMo-V2's MTP ``attn_qkv``: query, key, value rows, at the
+    #: offsets ``mimo2.cpp`` views); the GGUF emitter writes the fused tensor in their place
+    gguf_fused: Mapping[Role, tuple[Role, ...]] = field(default_factory=dict)
+    #: the trunk hidden state llama.cpp's MTP graph for this family hands the head (its
+    #: ``t_h_nextn``): ``post`` (after ``output_norm``: Qwen, GLM, DeepSeek, ...) or ``pre``
+    #: (``mimo2.cpp`` takes it before the norm); what ``verify`` of a GGUF reports
+    gguf_mtp_hidden: str = "post"
     #: part role -> module path (``{i}``: the MTP layer) in mlx-lm's decoder layer, for a tensor
     #: the family stores whole and mlx-lm's sanitize splits (MLA's ``kv_b_proj`` into the
     #: absorbed ``K_B`` / ``V_B``): what the bundled decoder splits on load (passes/mla.py);

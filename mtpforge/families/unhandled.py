@@ -18,7 +18,7 @@ class Unwritten:
 
 
 UNWRITTEN: tuple[Unwritten, ...] = (
-    Unwritten("MiMo-V2", ("mimo_v2_flash", "mimo_v2"), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+    Unwritten("MiMo-V2.5", ("mimo_v2",), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
 )
 
 

@@ -28,7 +28,7 @@ from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, Slice
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
-from .names import expert_name, gguf_name, keeps_f32, split_names
+from .names import expert_name, family_names, gguf_name, keeps_f32, split_names
 
 Q = gguf.GGMLQuantizationType
 
@@ -98,14 +98,36 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
     spec = family_spec(src_config)
     dm = dims(src_config)
     out: list[HeadTensor] = []
+    fused_of = {part: whole for whole, parts in spec.gguf_fused.items() for part in parts}
+    fused: dict[tuple[Role, int], dict[Role, HeadPart]] = {}
     for p in head_parts(spec, entries, dm["E"], src_fmt, stack=True):
+        if p.role in fused_of:
+            fused.setdefault((fused_of[p.role], p.step), {})[p.role] = p
+            continue
         if p.stacked:
             assert p.role is not None
             name = expert_name(p.role, p.step, n_trunk)
             out.append(HeadTensor(name, _type_for(name, p.shape, precision), p.shape, list(p.slices), 0.0))
             continue
         out += _split(p, n_trunk, spec, dm, precision) or [_named(p, n_trunk, spec, dm, precision, keep_fc, src_config)]
+    out += [_fused(whole, step, parts, n_trunk, spec, precision) for (whole, step), parts in fused.items()]
     return sorted(out, key=lambda t: t.name)
+
+
+def _fused(whole: Role, step: int, parts: Mapping[Role, HeadPart], n_trunk: int, spec: FamilySpec,
+           precision: str) -> HeadTensor:
+    """The one tensor llama.cpp's graph reads in place of the parts (``FamilySpec.gguf_fused``):
+    their rows one after another in the family's order. Each part is converted on its own and
+    its bytes follow the previous part's, which are the fused tensor's bytes, since every ggml
+    type here encodes rows independently."""
+    missing = [r.value for r in spec.gguf_fused[whole] if r not in parts]
+    if missing:
+        raise RefusedError(f"the source's MTP layer {step} lacks {', '.join(missing)}, which llama.cpp reads fused "
+                           f"into {family_names(spec)[whole]}", "pass the original checkpoint as --source")
+    order = [parts[r] for r in spec.gguf_fused[whole]]
+    name = f"blk.{n_trunk + step}.{family_names(spec)[whole]}"
+    shape = (sum(p.shape[0] for p in order), *order[0].shape[1:])
+    return HeadTensor(name, _type_for(name, shape, precision), shape, [s for p in order for s in p.slices], 0.0)
 
 
 def _named(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], precision: str, keep_fc: bool,

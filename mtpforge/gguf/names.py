@@ -94,6 +94,9 @@ TENSORS: dict[Role, tuple[gguf.MODEL_TENSOR, str]] = {
     Role.INDEXER_K_NORM: (_T.INDEXER_K_NORM, "weight"),
     Role.INDEXER_K_NORM_BIAS: (_T.INDEXER_K_NORM, "bias"),
     Role.INDEXER_PROJ: (_T.INDEXER_PROJ, "weight"),
+    Role.ATTN_SINKS: (_T.ATTN_SINKS, "weight"),
+    Role.LAYER_OUT_NORM: (_T.LAYER_OUT_NORM, "weight"),
+    Role.QKV_PROJ: (_T.ATTN_QKV, "weight"),
 }
 #: the row a role takes in an architecture whose tensor list (gguf-py's ``MODEL_TENSORS``) lacks
 #: its default one: DeepSeek-2's layers call the post-attention norm ``ffn_norm``
@@ -235,4 +238,7 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
                 maybe.add(names[role])
             else:
                 want[names[role]] = tuple(dims[s] for s in shape)
+    for fused, parts in spec.gguf_fused.items():
+        shapes = [want.pop(names[p]) for p in parts]
+        want[names[fused]] = (sum(s[0] for s in shapes), *shapes[0][1:])
     return want, maybe

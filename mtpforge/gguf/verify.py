@@ -17,7 +17,9 @@ from ..errors import InputError, RefusedError
 from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
 from .addmtp import MANIFEST_SUFFIX
+from ..families import FAMILIES
 from .gguffile import read_local
+from .names import family_of
 from .server import decode_all, llama_server, require_llama_server
 
 
@@ -76,6 +78,8 @@ def verify_gguf(
         problems.append("llama.cpp drafted nothing: the MTP head was not used")
     if acc < min_acceptance:
         problems.append(f"acceptance {acc:.1%} is below --min-acceptance {min_acceptance:.1%}")
+    fam = FAMILIES.get(family_of(trunk) or "")
+    hidden = fam.gguf_mtp_hidden if fam is not None else "post"
     base = [c.tok_s for c in plain if c.tok_s]
     mtp = [c.tok_s for c in spec if c.tok_s]
     b_tps = sum(base) / len(base) if base else None
@@ -84,7 +88,7 @@ def verify_gguf(
         "target": str(tpath), "format": "gguf", "runtime": "llama.cpp", "llama_server": str(binary),
         "draft": str(mtp_file) if mtp_file else "nextn-tail", "draft_max": n_max,
         "identical": identical, "tokens": tokens, "drafted": drafted, "accepted": accepted, "acceptance": acc,
-        "acceptance_by_position": [acc] if n_max == 1 else None, "hidden": "post",
+        "acceptance_by_position": [acc] if n_max == 1 else None, "hidden": hidden,
         "accepted_per_verify": accepted / max(1, tokens - accepted) if tokens else 0.0,
         "baseline_tok_s": b_tps, "mtp_tok_s": m_tps,
         "speedup": (m_tps / b_tps) if b_tps and m_tps else None,
@@ -92,7 +96,7 @@ def verify_gguf(
         "per_prompt": [{"prompt": t, "tokens": len(c.tokens), "drafted": c.drafted, "accepted": c.accepted,
                         "acceptance": c.accepted / c.drafted if c.drafted else 0.0} for t, c in zip(texts, spec)],
         "problems": problems, "ok": not problems, "exit_code": 1 if problems else 0,
-        "notes": ["llama.cpp feeds its MTP head the post-norm hidden state"],
+        "notes": [f"llama.cpp feeds its MTP head the {hidden}-norm hidden state"],
     }
     if problems:
         prog.step("[red]" + "; ".join(problems) + "[/red]")

@@ -89,6 +89,8 @@ class _Core(BaseModel):
     # Nemotron-H's MoE: the shared expert's own width, and the latent width (Nemotron 3 Super)
     moe_shared_expert_intermediate_size: Optional[Dim] = Field(None, description=_DIM)
     moe_latent_size: Optional[Dim] = Field(None, description=_DIM)
+    # MiMo-V2: the sliding-window attention's kv heads (its MTP layers are sliding-window ones)
+    swa_num_key_value_heads: Optional[Dim] = Field(None, description=_DIM)
     # Step-3.5: the sliding-window attention's head counts
     attention_other_setting: Optional[_OtherAttention] = Field(None, description="an object")
 
