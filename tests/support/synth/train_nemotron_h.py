@@ -26,7 +26,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from .family_common import build_family_tokenizer, write_generation_config
-from .nemotron_h import FLOAT32, TRAINED_VOCAB, mtp_keys, tensor_specs, tiny_config
+from .nemotron_h import TRAINED_VOCAB, mtp_keys, tensor_specs, tiny_config
 from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
 from .train_glm import GlmTrainSettings, draft_acceptance, train_head
 from .train_mla import settings  # noqa: F401 - the shortened settings, shared
@@ -100,6 +100,6 @@ def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str]
     record = {"model": FOLDER, "architecture": "nemotron_h", "settings": asdict(s),
               "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
               "nextn": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "post-norm (after norm_f)"},
-              "acceptance_float32_mlx": acc, "float32_in_release": list(FLOAT32)}
+              "acceptance_float32_mlx": acc}
     (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return record
