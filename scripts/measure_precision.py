@@ -155,8 +155,8 @@ def render(table: dict[str, Any]) -> str:
         "which `add-mtp` reads). Each MLX figure is `verify --generate` on one 8-bit trunk per shape (only the",
         f"head's precision varies; {table['prompts']} prompts x 64 tokens, greedy, depth 1, post-norm hidden state),",
         "output identical to plain decoding in every cell. The knee is the lowest bit width from which every",
-        f"wider one keeps the bf16 head's acceptance within {table['tolerance']:.0%} (absolute); `add-mtp --precision BITS`",
-        "below a shape's knee writes the head and says so in a note.",
+        f"wider one keeps the bf16 head's acceptance within {table['tolerance'] * 100:.0f} points; `add-mtp --precision BITS`",
+        "below a shape's knee writes the head and says so in a note (one line; the head is still written).",
         "",
         "| shape (measured on) | " + " | ".join(c if c == "bf16" else f"{c}-bit" for c in cols) + " | knee |",
         "|---|" + "---|" * (len(cols) + 1),
@@ -175,9 +175,15 @@ def render(table: dict[str, Any]) -> str:
                                                       g.get(p, {}).get("error", "") for p in GGUF_PRECISIONS) + " |")
     lines += ["", "Families per shape (the knee `add-mtp` applies to each): "
               + "; ".join(f"{n}: {', '.join(f'`{f}`' for f in s['families'])}" for n, s in shapes.items()) + ".",
-              "", f"Measured {table['measured']} ({table['machine']}). The tiny models' acceptance rests on a few hundred",
-              "drafts per cell: a point or two either way is noise; real models have wider matrices, whose",
-              "quantization error per group is the same, so the knee is a floor, not a promise.", ""]
+              "", f"Measured {table['measured']} ({table['machine']}). Each cell rests on 320-480 drafts: two or",
+              "three points either way are noise (a 3-bit head above its 4-bit one is that noise), so a knee",
+              "says where these tiny heads bent, not where a real model's will.", ""]
+    floated = [n for n, s in shapes.items() if any(c.get("router_kept_float") for c in s["mlx"].values())]
+    if floated:
+        lines += [f"In the {', '.join(floated)} rows the router stayed float: `add-mtp --precision BITS` writes every",
+                  "router at 8 bits, but mlx-lm builds these families' routers as a bare `MoEGate` parameter, not a",
+                  "Linear, so no decoder of theirs loads a quantized one (`verify` refuses the head); the script",
+                  "stores it float again and measures every other module at the precision asked for.", ""]
     return "\n".join(lines)
 
 
@@ -185,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", action="store_true", help="also measure GGUF heads in llama-server (llama.cpp built)")
     ap.add_argument("--only", default="", help="comma-separated shapes to measure again (the others kept from the table)")
+    ap.add_argument("--render-only", action="store_true", help="rewrite docs/PRECISION.md from the table, measuring nothing")
     a = ap.parse_args(argv)
+    if a.render_only:
+        DOC.write_text(render(json.loads(TABLE.read_text())), encoding="utf-8")
+        return 0
     only = [s for s in a.only.split(",") if s] or list(SHAPES)
     old = json.loads(TABLE.read_text()) if TABLE.is_file() else {"shapes": {}}
     table = {"tolerance": TOLERANCE, "prompts": PROMPTS, "measured": time.strftime("%Y-%m-%d"),
