@@ -191,6 +191,31 @@ GGUF_PRECISIONS = ("f32", "f16", "bf16", "q8_0")
 GGUF_DEFAULT_PRECISION = "f16"
 
 
+#: acceptance against head precision per head shape, measured on the trained tiny models
+#: (scripts/measure_precision.py writes it; docs/PRECISION.md)
+PRECISION_TABLE = "head_precision.json"
+
+
+def precision_note(family: str, precision: str | int | None) -> Optional[str]:
+    """A note when ``--precision BITS`` asks for fewer bits than the measured knee of the family's
+    head shape (None: no bits asked, the family's shape unmeasured, or at or above the knee)."""
+    import json
+    from importlib import resources
+
+    path = resources.files("mtpforge").joinpath("data", PRECISION_TABLE)
+    if not isinstance(precision, int) or not path.is_file():
+        return None
+    table = json.loads(path.read_text(encoding="utf-8"))
+    shape, row = next(((k, r) for k, r in table["shapes"].items() if family in r["families"]), (None, None))
+    if row is None or row["knee_bits"] is None or precision >= row["knee_bits"]:
+        return None
+    mlx = row["mlx"]
+    at = f", {mlx[str(precision)]['acceptance']:.1%} at {precision}-bit" if str(precision) in mlx else ""
+    return (f"--precision {precision} is below the measured knee of this head's shape ({shape}: {row['knee_bits']}-bit): "
+            f"on the trained tiny model of that shape acceptance was {mlx['bf16']['acceptance']:.1%} with a bf16 head{at} "
+            f"(docs/PRECISION.md); pass --precision {row['knee_bits']} or more to keep the drafts")
+
+
 def parse_precision(precision: str | int | None, *, gguf: bool = False) -> str | int:
     """``--precision`` for either format, from any spelling: an MLX head's ``match``, ``bf16``,
     ``float16`` or bits; a GGUF head's ggml type (None: its default)."""
@@ -209,4 +234,4 @@ def parse_precision(precision: str | int | None, *, gguf: bool = False) -> str |
 
 
 __all__ = ["FIT_DIMS", "HeadPart", "SliceRef", "decode", "fetch_list", "head_parts", "mtp_layer_count",
-           "parse_precision", "peak_memory_estimate", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]
+           "parse_precision", "precision_note", "peak_memory_estimate", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]

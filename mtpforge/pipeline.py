@@ -20,7 +20,7 @@ from .convert import Reader, scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families import FAMILIES
-from .headplan import mtp_layer_count
+from .headplan import mtp_layer_count, precision_note
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
@@ -194,6 +194,8 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                       default_q=_default_q(target_config))
     notes = list(head.notes)
     notes += load_notes(head, choice.reader, target_config, explicit=options.runtime is None)
+    if (low := precision_note(family, choice.precision if options.precision is not None else None)) is not None:
+        notes.append(low)
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
                                 "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
     if options.runtime is not None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train the tiny DeepSeek-V3-shaped model (``deepseek_v3``) and its NextN head; write it to
-tests/data/tiny-deepseek_v3-trained/. A thin shell over ``tests.support.synth.train_deepseek_v3``.
+tests/data/tiny-deepseek_v3-trained/. A thin shell over ``tests.support.synth.train_mla``.
 
 The sibling of scripts/train_tiny_glm.py, at DeepSeek-V3's shapes (MLA, group-limited routing,
 YaRN), fewer steps. Seeded: same seed, same BLAS and thread count, the same weights. The committed
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.synth.train_deepseek_v3 import build_trained, settings  # noqa: E402
+from tests.support.synth.train_mla import build_trained, settings  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head-steps", type=int, default=None)
     a = p.parse_args(argv)
     given = {k: v for k, v in (("backbone_steps", a.backbone_steps), ("head_steps", a.head_steps)) if v is not None}
-    build_trained(a.out, settings(**given))
+    build_trained(a.out, settings(**given), shape="deepseek_v3")
     return 0
 
 

@@ -93,9 +93,23 @@ def build_trunk(config: dict[str, Any]) -> nn.Module:
     return glm4_moe.Model(glm4_moe.ModelArgs.from_dict(config))
 
 
+def _parts(model: nn.Module) -> Any:
+    """Where mlx-lm's model of the family keeps its inner model and embedding (``model.model`` /
+    ``embed_tokens``; Nemotron-H's ``model.backbone`` / ``embeddings``): the family's ``MlxBackbone``."""
+    from mtpforge.families import FAMILIES
+
+    return next(s for s in FAMILIES.values() if model.args.model_type in s.model_types).mlx_backbone
+
+
 def trunk_hidden(model: nn.Module, tokens: mx.array) -> mx.array:
     """The trunk's final hidden state after its norm: what llama.cpp hands the NextN layer."""
-    return model.model(tokens)
+    return getattr(model, _parts(model).inner)(tokens)
+
+
+def trunk_embed(model: nn.Module, tokens: mx.array) -> mx.array:
+    """The trunk's embedding of ``tokens`` (the head's input beside the hidden state)."""
+    parts = _parts(model)
+    return getattr(getattr(model, parts.inner), parts.embed)(tokens)
 
 
 def init_head(model: nn.Module, settings: GlmTrainSettings) -> nn.Module:
@@ -118,7 +132,7 @@ def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmT
     distribution (its logits at t+1) plus a little cross-entropy on the data."""
     post = mx.stop_gradient(trunk_hidden(model, batch))
     teacher = mx.stop_gradient(model.lm_head(post[:, 1:]))
-    e = mx.stop_gradient(model.model.embed_tokens(batch[:, 1:]))
+    e = mx.stop_gradient(trunk_embed(model, batch[:, 1:]))
     logits = model.lm_head(head(post[:, :-1], e))
     logp = nn.log_softmax(logits, axis=-1)
     distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
@@ -180,7 +194,7 @@ def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequen
     for prompt in prompts:
         seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
         post = trunk_hidden(model, seq)
-        drafts = mx.argmax(model.lm_head(head(post[:, :-1], model.model.embed_tokens(seq[:, 1:]))), axis=-1)[0]
+        drafts = mx.argmax(model.lm_head(head(post[:, :-1], trunk_embed(model, seq[:, 1:]))), axis=-1)[0]
         p = len(prompt)
         d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
         drafted += len(want)

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Measure acceptance against head precision for each head shape, on the trained tiny models, and
+write the table add-mtp's precision warning reads.
+
+Shapes and the trained model each is measured on (``SHAPES``): dense (Qwen3.5,
+``mtpforge/data/tiny-qwen3_5``), MoE (Qwen3.6-style, ``mtpforge/data/tiny-qwen3_5_moe``), MLA
+(GLM-4.7-Flash, ``tests/data/tiny-glm4_moe_lite-trained``) and hybrid (Nemotron-H,
+``tests/data/tiny-nemotron_h-trained``).
+
+- MLX: ``mlx_lm.convert`` to an 8-bit group-64 trunk (the same trunk for every head, so only the
+  head's precision varies; an unquantized trunk cannot take a quantized head: add-mtp writes the
+  head's per-module entries into a config.json that has no default ``group_size``, which mlx-lm's
+  loader then reads), then for each precision ``add-mtp --precision P --force`` and
+  ``verify --generate`` (post-norm hidden state, ``PROMPTS`` prompts x 64 tokens): acceptance,
+  output identical to plain decoding.
+- GGUF (``--gguf``, llama.cpp built): the converter's f32 ``--no-mtp`` trunk, ``add-mtp --precision
+  f16 / q8_0``, llama-server's own draft counters (tests/gguf_env.py, 24 prompts x 64 tokens).
+
+The knee of a shape is the lowest MLX bit width whose acceptance, and that of every wider one, is
+within ``TOLERANCE`` of the bf16 head's. Writes ``mtpforge/data/head_precision.json`` (the numbers,
+the knees, which families each shape covers) and ``docs/PRECISION.md``. Run from the repository
+root: ``python scripts/measure_precision.py [--gguf] [--only mla,hybrid]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: shape -> (the trained model it is measured on, the converter's pre-tokenizer, the families whose head has that shape)
+SHAPES: dict[str, tuple[Path, str, tuple[str, ...]]] = {
+    "dense": (ROOT / "mtpforge" / "data" / "tiny-qwen3_5", "qwen35", ("qwen3_5",)),
+    "moe": (ROOT / "mtpforge" / "data" / "tiny-qwen3_5_moe", "qwen35", ("qwen3_5_moe", "qwen3_next", "glm4_moe", "step3p5")),
+    "mla": (ROOT / "tests" / "data" / "tiny-glm4_moe_lite-trained", "glm4",
+            ("glm4_moe_lite", "deepseek_v3", "deepseek_v32", "glm_moe_dsa")),
+    "hybrid": (ROOT / "tests" / "data" / "tiny-nemotron_h-trained", "qwen35", ("nemotron_h",)),
+}
+MLX_PRECISIONS = ("bf16", "8", "6", "5", "4", "3", "2")
+GGUF_PRECISIONS = ("f16", "q8_0")
+#: a head precision that loses more than this against bf16 is past the knee (about the noise of
+#: a few hundred drafts; the issue's line for a trunk's cost)
+TOLERANCE = 0.03
+#: verify's prompts per measurement (its 4 defaults and held-out documents), 64 tokens each
+PROMPTS = 12
+TABLE = ROOT / "mtpforge" / "data" / "head_precision.json"
+DOC = ROOT / "docs" / "PRECISION.md"
+
+
+def _prompts() -> list[str]:
+    from tests.gguf_env import prompts
+
+    return prompts()[:PROMPTS]
+
+
+def measure_mlx(model: Path, work: Path) -> dict[str, dict[str, Any]]:
+    from mtpforge.community import convert_to_mlx
+    from mtpforge.pipeline import add_mtp
+    from mtpforge.verify import verify
+
+    target = convert_to_mlx(model, work / "8bit", q_bits=8, q_group_size=64, dtype="float32")
+    out: dict[str, dict[str, Any]] = {}
+    for p in MLX_PRECISIONS:
+        with contextlib.redirect_stdout(io.StringIO()):
+            add_mtp(source=str(model), target=str(target), precision=p, force=True, progress=False)
+        floated = float_gate_routers(target)
+        r = verify(str(target), generate=True, prompts=_prompts(), hidden="post", progress=False)
+        out[p] = {"acceptance": round(float(r["acceptance"]), 4), "drafted": r["drafted"], "accepted": r["accepted"],
+                  "identical": r["identical"], **({"router_kept_float": floated} if floated else {})}
+        print(f"  mlx {p:>4}: {out[p]['acceptance']:.1%} ({r['accepted']}/{r['drafted']}), identical {r['identical']}")
+    return out
+
+
+def float_gate_routers(target: Path) -> list[str]:
+    """add-mtp's ``--precision BITS`` stores every router at 8 bits, but mlx-lm builds the routers of
+    GLM-4.7-Flash and Nemotron-H (and GLM-4.5, DeepSeek) as a bare ``MoEGate`` parameter, not a
+    Linear: no decoder of those families loads a quantized one. Until add-mtp keeps them float,
+    the measurement stores them float again (dequantized from the 8 bits add-mtp wrote) and says
+    which it did; every other module keeps the precision asked for."""
+    import importlib
+
+    import mlx.core as mx
+
+    from mtpforge.families import FAMILIES
+    from mtpforge.families.spec import Role
+    from mtpforge.layouts.read import load_head_weights
+
+    spec = FAMILIES[load_head_weights(target).family]
+    module = importlib.import_module(spec.head_layer().__module__)
+    if not hasattr(module, "MoEGate"):
+        return []
+    sidecar = target / "mtp.safetensors"
+    t = dict(mx.load(str(sidecar)))
+
+    def router(module: str) -> bool:  # the stored name less its head prefix is the row's bare key
+        parts = module.split(".")
+        return any(spec.role_of(".".join(parts[i:])) == Role.ROUTER for i in range(len(parts)))
+
+    gates = sorted(k[: -len(".scales")] for k in t if k.endswith(".scales") and router(k[: -len(".scales")]))
+    for g in gates:
+        w = mx.dequantize(t[g + ".weight"], t.pop(g + ".scales"), t.pop(g + ".biases"), group_size=64, bits=8)
+        t[g + ".weight"] = w.astype(mx.bfloat16)
+    if gates:
+        mx.save_safetensors(str(sidecar), t, metadata={"format": "mlx"})
+    return gates
+
+
+def measure_gguf(model: Path, pre: str, work: Path) -> dict[str, dict[str, Any]]:
+    from tests import gguf_env
+
+    out: dict[str, dict[str, Any]] = {}
+    for p in GGUF_PRECISIONS:
+        trunk = gguf_env.trunk_copy(model, work / p, "f32", pre=pre)
+        r = gguf_env.mtpforge("add-mtp", "--source", str(model), "--target", str(trunk), "--precision", p, "--json")
+        if r.returncode != 0:
+            out[p] = {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
+            continue
+        m = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+        out[p] = {"acceptance": round(m["acceptance"], 4), "drafted": m["drafted"], "accepted": m["accepted"]}
+        print(f"  gguf {p:>4}: {m['acceptance']:.1%} ({m['accepted']}/{m['drafted']})")
+    return out
+
+
+def knee(mlx: dict[str, dict[str, Any]]) -> int | None:
+    """The lowest measured bit width from which every wider one keeps bf16's acceptance within
+    ``TOLERANCE`` (None: not even 8 bits does)."""
+    ref = mlx["bf16"]["acceptance"]
+    best = None
+    for bits in sorted((int(p) for p in mlx if p.isdigit()), reverse=True):
+        if mlx[str(bits)]["acceptance"] < ref - TOLERANCE:
+            break
+        best = bits
+    return best
+
+
+def render(table: dict[str, Any]) -> str:
+    shapes = table["shapes"]
+    cols = list(MLX_PRECISIONS)
+    lines = [
+        "# Head precision and acceptance",
+        "",
+        "How far an MTP head can be quantized before its drafts suffer, per head shape, measured on the",
+        "trained tiny models by `scripts/measure_precision.py` (numbers in `mtpforge/data/head_precision.json`,",
+        "which `add-mtp` reads). Each MLX figure is `verify --generate` on one 8-bit trunk per shape (only the",
+        f"head's precision varies; {table['prompts']} prompts x 64 tokens, greedy, depth 1, post-norm hidden state),",
+        "output identical to plain decoding in every cell. The knee is the lowest bit width from which every",
+        f"wider one keeps the bf16 head's acceptance within {table['tolerance'] * 100:.0f} points; `add-mtp --precision BITS`",
+        "below a shape's knee writes the head and says so in a note (one line; the head is still written).",
+        "",
+        "| shape (measured on) | " + " | ".join(c if c == "bf16" else f"{c}-bit" for c in cols) + " | knee |",
+        "|---|" + "---|" * (len(cols) + 1),
+    ]
+    for name, s in shapes.items():
+        cells = [f"{s['mlx'][c]['acceptance']:.1%}" if c in s["mlx"] else "" for c in cols]
+        k = f"{s['knee_bits']}-bit" if s["knee_bits"] else "above 8-bit"
+        lines.append(f"| {name} (`{s['model']}`) | " + " | ".join(cells) + f" | {k} |")
+    if any(s.get("gguf") for s in shapes.values()):
+        lines += ["", "GGUF heads (`add-mtp --precision`) beside the converter's f32 trunk, llama-server's own draft counters",
+                  "(24 prompts x 64 tokens):", "", "| shape | " + " | ".join(GGUF_PRECISIONS) + " |",
+                  "|---|" + "---|" * len(GGUF_PRECISIONS)]
+        for name, s in shapes.items():
+            g = s.get("gguf") or {}
+            lines.append(f"| {name} | " + " | ".join(f"{g[p]['acceptance']:.1%}" if "acceptance" in g.get(p, {}) else
+                                                      g.get(p, {}).get("error", "") for p in GGUF_PRECISIONS) + " |")
+    lines += ["", "Families per shape (the knee `add-mtp` applies to each): "
+              + "; ".join(f"{n}: {', '.join(f'`{f}`' for f in s['families'])}" for n, s in shapes.items()) + ".",
+              "", f"Measured {table['measured']} ({table['machine']}). Each cell rests on 320-480 drafts: two or",
+              "three points either way are noise (a 3-bit head above its 4-bit one is that noise), so a knee",
+              "says where these tiny heads bent, not where a real model's will.", ""]
+    floated = [n for n, s in shapes.items() if any(c.get("router_kept_float") for c in s["mlx"].values())]
+    if floated:
+        lines += [f"In the {', '.join(floated)} rows the router stayed float: `add-mtp --precision BITS` writes every",
+                  "router at 8 bits, but mlx-lm builds these families' routers as a bare `MoEGate` parameter, not a",
+                  "Linear, so no decoder of theirs loads a quantized one (`verify` refuses the head); the script",
+                  "stores it float again and measures every other module at the precision asked for.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", action="store_true", help="also measure GGUF heads in llama-server (llama.cpp built)")
+    ap.add_argument("--only", default="", help="comma-separated shapes to measure again (the others kept from the table)")
+    ap.add_argument("--render-only", action="store_true", help="rewrite docs/PRECISION.md from the table, measuring nothing")
+    a = ap.parse_args(argv)
+    if a.render_only:
+        DOC.write_text(render(json.loads(TABLE.read_text())), encoding="utf-8")
+        return 0
+    only = [s for s in a.only.split(",") if s] or list(SHAPES)
+    old = json.loads(TABLE.read_text()) if TABLE.is_file() else {"shapes": {}}
+    table = {"tolerance": TOLERANCE, "prompts": PROMPTS, "measured": time.strftime("%Y-%m-%d"),
+             "machine": f"{platform.system()} {platform.machine()}, mlx CPU", "shapes": dict(old.get("shapes", {}))}
+    with tempfile.TemporaryDirectory(prefix="mtpforge-precision-") as tmp:
+        for name in only:
+            model, pre, families = SHAPES[name]
+            print(f"{name}: {model.relative_to(ROOT)}")
+            mlx = measure_mlx(model, Path(tmp) / name)
+            row = {"model": str(model.relative_to(ROOT)), "families": list(families), "mlx": mlx, "knee_bits": knee(mlx)}
+            if a.gguf:
+                row["gguf"] = measure_gguf(model, pre, Path(tmp) / f"{name}-gguf")
+            table["shapes"][name] = row
+            shutil.rmtree(Path(tmp) / name, ignore_errors=True)
+            table["shapes"] = {k: table["shapes"][k] for k in SHAPES if k in table["shapes"]}
+            TABLE.write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+            DOC.write_text(render(table), encoding="utf-8")
+    print(f"wrote {TABLE.relative_to(ROOT)} and {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Train the tiny GLM-4.7-Flash-shaped model (``glm4_moe_lite``) and its NextN head; write it to
+tests/data/tiny-glm4_moe_lite-trained/. A thin shell over ``tests.support.synth.train_mla``.
+
+DeepSeek-V3's trainer (scripts/train_tiny_deepseek_v3.py) at GLM-4.7-Flash's shapes and config
+(MLA with a low-rank query, one expert group, GLM's vocabulary), the same steps. Seeded: same seed,
+same BLAS and thread count, the same weights. The committed folder was made as
+``python scripts/train_tiny_glm4_moe_lite.py`` (mlx's CPU BLAS, Linux x86-64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.synth.train_mla import build_trained, settings  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(ROOT / "tests" / "data"), help="folder that receives tiny-glm4_moe_lite-trained/")
+    p.add_argument("--backbone-steps", type=int, default=None)
+    p.add_argument("--head-steps", type=int, default=None)
+    a = p.parse_args(argv)
+    given = {k: v for k, v in (("backbone_steps", a.backbone_steps), ("head_steps", a.head_steps)) if v is not None}
+    build_trained(a.out, settings(**given), shape="glm4_moe_lite")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Train the tiny MLA-shaped models (DeepSeek-V3 ``deepseek_v3``, GLM-4.7-Flash ``glm4_moe_lite``)
+and their NextN heads, so that acceptance with a head mtpforge wrote means something (random
+weights accept ~0%).
+
+GLM-4.5's trainer (``train_glm``) at MLA shapes (``synth.glm4_moe_lite``'s tensors: MLA attention
+with a low-rank query, a dense first layer, a sigmoid-routed MoE layer; DeepSeek-V3's config adds
+group-limited routing and YaRN): the trunk is mlx-lm's own ``Model`` of the shape's module trained
+as a language model on the synthetic corpus in float32, then the NextN layer (mtpforge's own head,
+``decoder/nextn.py``, over mlx-lm's decoder layer of that module) with the trunk frozen, fed the
+trunk's post-norm hidden state. mlx-lm holds MLA's ``kv_b_proj`` as the absorbed ``embed_q`` /
+``unembed_out``; the export joins them back into the release's ``kv_b_proj`` (the inverse of its
+sanitize) and unstacks the experts. A shape is a row of ``SHAPES``: the trainer has no branch
+per family.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten
+
+from . import deepseek_v3, glm4_moe_lite
+from .family_common import build_family_tokenizer, write_generation_config
+from .glm4_moe_lite import nextn_keys, tensor_specs
+from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
+from .train_glm import GlmTrainSettings, draft_acceptance, train_head, unstack_experts
+from .write import write_hf_checkpoint
+
+@dataclass(frozen=True)
+class MlaShape:
+    """One MLA family's tiny trained model: where it goes, mlx-lm's module and decoder layer, its
+    config.json and its tokenizer (the synthetic BPE, ``TRAINED_VOCAB`` ids, then the family's
+    special tokens)."""
+
+    folder: str
+    architecture: str
+    layer_class: str
+    config: Callable[[], dict[str, Any]]
+    trained_vocab: int
+    special: tuple[str, ...]
+    eos: str
+    bos: str | None = None
+
+    def tokenizer(self, folder: Path) -> None:
+        build_family_tokenizer(folder, self.trained_vocab, self.special, eos=self.eos, bos=self.bos)
+
+
+SHAPES: dict[str, MlaShape] = {
+    "deepseek_v3": MlaShape("tiny-deepseek_v3-trained", "deepseek_v3", "DeepseekV3DecoderLayer",
+                            lambda: deepseek_v3.tiny_config(torch_dtype="float32"), deepseek_v3.TRAINED_VOCAB,
+                            deepseek_v3.DEEPSEEK_SPECIAL, deepseek_v3.DEEPSEEK_SPECIAL[1], deepseek_v3.DEEPSEEK_SPECIAL[0]),
+    "glm4_moe_lite": MlaShape("tiny-glm4_moe_lite-trained", "glm4_moe_lite", "Glm4MoeLiteDecoderLayer",
+                              lambda: glm4_moe_lite.tiny_config(torch_dtype="float32"), glm4_moe_lite.TRAINED_VOCAB,
+                              glm4_moe_lite.GLM_SPECIAL, "<|endoftext|>"),
+}
+
+
+def settings(**given: Any) -> GlmTrainSettings:
+    """GLM-4.5's settings, shortened (the committed DeepSeek-V3 model: about 6 minutes on a busy
+    2-core machine; llama-server accepts about two thirds of its drafts)."""
+    return GlmTrainSettings(**{"backbone_steps": 100, "head_steps": 80, "seq_len": 64, "corpus_docs": 4000, **given})
+
+
+def _module(shape: MlaShape) -> Any:
+    import importlib
+
+    return importlib.import_module(f"mlx_lm.models.{shape.architecture}")
+
+
+def _head(model: nn.Module, s: GlmTrainSettings, shape: MlaShape) -> nn.Module:
+    """A fresh NextN layer (seeded), its norms spread as GLM's trainer spreads them."""
+    from mtpforge.decoder.nextn import nextn_head
+
+    eh_proj = nn.Linear(2 * model.args.hidden_size, model.args.hidden_size, bias=False)
+    head = nextn_head(getattr(_module(shape), shape.layer_class), model.args, own_head=False, mask_as_array=True)
+    head.eh_proj = eh_proj
+    rng = np.random.default_rng(s.seed + 3)
+    for norm in (head.enorm, head.hnorm, head.input_layernorm, head.post_attention_layernorm, head.shared_head.norm):
+        gain = s.head_mlp_gain if norm is head.post_attention_layernorm else 1.0
+        norm.weight = mx.array((gain * np.exp(s.head_norm_spread * rng.standard_normal(norm.weight.shape))).astype(np.float32))
+    return head
+
+
+def _release_keys(params: dict[str, mx.array], config: dict[str, Any]) -> dict[str, mx.array]:
+    """mlx-lm's parameters -> the release's: experts one by one, ``embed_q`` / ``unembed_out``
+    joined back into ``kv_b_proj`` [heads x (nope + v), kv_lora_rank]."""
+    out = unstack_experts(params)
+    for k in [k for k in out if k.endswith("self_attn.embed_q.weight")]:
+        pre = k[: -len("embed_q.weight")]
+        wk, wv = out.pop(k), out.pop(pre + "unembed_out.weight")  # [h, r, nope], [h, v, r]
+        kv_b = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)
+        out[pre + "kv_b_proj.weight"] = kv_b.reshape(-1, config["kv_lora_rank"])
+    return out
+
+
+def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print,
+                  shape: str = "deepseek_v3") -> dict[str, Any]:
+    """Train and write ``out_root/<the shape's folder>`` (float32); returns the record."""
+    from tokenizers import Tokenizer
+
+    sh = SHAPES[shape]
+    module = _module(sh)
+    folder = Path(out_root) / sh.folder
+    config = sh.config()
+    mx.random.seed(s.seed)
+    np.random.seed(s.seed)
+    with tempfile.TemporaryDirectory(prefix=f"mtpforge-{shape}-tok-") as tokdir:
+        sh.tokenizer(Path(tokdir))
+        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
+        stream = encode_stream(tok, training_corpus(s))
+        model = module.Model(module.ModelArgs.from_dict(config))
+        b_losses, b_sec = train_backbone(model, stream, s, log)
+        head = _head(model, s, sh)
+        h_losses, h_sec = train_head(model, head, stream, s, log)
+        acc = draft_acceptance(model, head, heldout_prompts(tok, s))
+        if log:
+            log(f"{shape}: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
+        n = config["num_hidden_layers"]
+        trunk = _release_keys(dict(tree_flatten(model.parameters())), config)
+        nextn = {f"model.layers.{n}.{k}": v for k, v in _release_keys(dict(tree_flatten(head.parameters())), config).items()}
+        nextn[f"model.layers.{n}.shared_head.head.weight"] = trunk["lm_head.weight"]
+        nextn[f"model.layers.{n}.embed_tokens.weight"] = trunk["model.embed_tokens.weight"]
+        tensors = {k: v.astype(mx.float32) for k, v in {**trunk, **nextn}.items()}
+        want = {k: spec[0] for k, spec in tensor_specs(config).items()}
+        if {k: tuple(v.shape) for k, v in tensors.items()} != want or sorted(nextn) != nextn_keys(config):
+            raise ValueError(f"export does not match the release layout: {sorted(set(tensors) ^ set(want))[:6]}")
+        mx.eval(tensors)
+        write_hf_checkpoint(folder, config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
+    write_generation_config(folder, config)
+    record = {"model": sh.folder, "architecture": sh.architecture, "settings": asdict(s),
+              "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
+              "nextn": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "post-norm"},
+              "acceptance_float32_mlx": acc}
+    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return record

@@ -1,0 +1,66 @@
+"""The measured precision table (``mtpforge/data/head_precision.json``, written by
+scripts/measure_precision.py, shown in docs/PRECISION.md) and the note add-mtp gives when asked
+for fewer bits than a head shape's knee.
+
+The knee is the lowest bit width from which every wider one kept the bf16 head's acceptance
+within the table's tolerance: the table is checked to say what its own numbers say, and add-mtp
+(on the trained tiny GLM-4.7-Flash, whose shape is MLA) to note exactly the precisions below it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtpforge.families import FAMILIES
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = json.loads((ROOT / "mtpforge" / "data" / "head_precision.json").read_text())
+MLA_MODEL = ROOT / "tests" / "data" / "tiny-glm4_moe_lite-trained"
+BITS = (8, 6, 5, 4, 3, 2)
+
+
+def _knee(mlx: dict) -> int | None:
+    ref, best = mlx["bf16"]["acceptance"], None
+    for b in BITS:
+        if mlx[str(b)]["acceptance"] < ref - TABLE["tolerance"]:
+            break
+        best = b
+    return best
+
+
+def test_the_table_is_what_its_numbers_say() -> None:
+    assert set(TABLE["shapes"]) == {"dense", "moe", "mla", "hybrid"}
+    seen: list[str] = []
+    for name, row in TABLE["shapes"].items():
+        assert set(row["mlx"]) == {"bf16", *map(str, BITS)}, name
+        assert all(c["identical"] for c in row["mlx"].values()), name
+        assert row["knee_bits"] == _knee(row["mlx"]), name
+        assert (ROOT / row["model"]).is_dir() and set(row["families"]) <= set(FAMILIES), name
+        seen += row["families"]
+    assert len(seen) == len(set(seen)), "a family belongs to one head shape"
+
+
+def _dry_run(target: Path, precision: int) -> list[str]:
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(MLA_MODEL), "--target", str(target),
+                        "--precision", str(precision), "--dry-run", "--json"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    return [n for n in json.loads(r.stdout)["notes"] if "measured knee" in n]
+
+
+def test_add_mtp_notes_a_precision_below_the_knee(tmp_path: Path) -> None:
+    from tests.support.synth import convert_to_mlx
+
+    knee = TABLE["shapes"]["mla"]["knee_bits"]
+    if knee is None or knee <= min(BITS):
+        pytest.skip(f"the MLA knee is {knee}: no measured precision is below it")
+    target = convert_to_mlx(MLA_MODEL, tmp_path / "mla-4bit", q_bits=4, q_group_size=64, dtype="float32")
+    below = _dry_run(target, knee - 1)
+    assert len(below) == 1 and f"(mla: {knee}-bit)" in below[0] and "docs/PRECISION.md" in below[0], below
+    assert _dry_run(target, knee) == []
