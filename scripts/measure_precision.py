@@ -74,46 +74,11 @@ def measure_mlx(model: Path, work: Path) -> dict[str, dict[str, Any]]:
     for p in MLX_PRECISIONS:
         with contextlib.redirect_stdout(io.StringIO()):
             add_mtp(source=str(model), target=str(target), precision=p, force=True, progress=False)
-        floated = float_gate_routers(target)
         r = verify(str(target), generate=True, prompts=_prompts(), hidden="post", progress=False)
         out[p] = {"acceptance": round(float(r["acceptance"]), 4), "drafted": r["drafted"], "accepted": r["accepted"],
-                  "identical": r["identical"], **({"router_kept_float": floated} if floated else {})}
+                  "identical": r["identical"]}
         print(f"  mlx {p:>4}: {out[p]['acceptance']:.1%} ({r['accepted']}/{r['drafted']}), identical {r['identical']}")
     return out
-
-
-def float_gate_routers(target: Path) -> list[str]:
-    """add-mtp's ``--precision BITS`` stores every router at 8 bits, but mlx-lm builds the routers of
-    GLM-4.7-Flash and Nemotron-H (and GLM-4.5, DeepSeek) as a bare ``MoEGate`` parameter, not a
-    Linear: no decoder of those families loads a quantized one. Until add-mtp keeps them float,
-    the measurement stores them float again (dequantized from the 8 bits add-mtp wrote) and says
-    which it did; every other module keeps the precision asked for."""
-    import importlib
-
-    import mlx.core as mx
-
-    from mtpforge.families import FAMILIES
-    from mtpforge.families.spec import Role
-    from mtpforge.layouts.read import load_head_weights
-
-    spec = FAMILIES[load_head_weights(target).family]
-    module = importlib.import_module(spec.head_layer().__module__)
-    if not hasattr(module, "MoEGate"):
-        return []
-    sidecar = target / "mtp.safetensors"
-    t = dict(mx.load(str(sidecar)))
-
-    def router(module: str) -> bool:  # the stored name less its head prefix is the row's bare key
-        parts = module.split(".")
-        return any(spec.role_of(".".join(parts[i:])) == Role.ROUTER for i in range(len(parts)))
-
-    gates = sorted(k[: -len(".scales")] for k in t if k.endswith(".scales") and router(k[: -len(".scales")]))
-    for g in gates:
-        w = mx.dequantize(t[g + ".weight"], t.pop(g + ".scales"), t.pop(g + ".biases"), group_size=64, bits=8)
-        t[g + ".weight"] = w.astype(mx.bfloat16)
-    if gates:
-        mx.save_safetensors(str(sidecar), t, metadata={"format": "mlx"})
-    return gates
 
 
 def measure_gguf(model: Path, pre: str, work: Path) -> dict[str, dict[str, Any]]:
@@ -178,12 +143,6 @@ def render(table: dict[str, Any]) -> str:
               "", f"Measured {table['measured']} ({table['machine']}). Each cell rests on 320-480 drafts: two or",
               "three points either way are noise (a 3-bit head above its 4-bit one is that noise), so a knee",
               "says where these tiny heads bent, not where a real model's will.", ""]
-    floated = [n for n, s in shapes.items() if any(c.get("router_kept_float") for c in s["mlx"].values())]
-    if floated:
-        lines += [f"In the {', '.join(floated)} rows the router stayed float: `add-mtp --precision BITS` writes every",
-                  "router at 8 bits, but mlx-lm builds these families' routers as a bare `MoEGate` parameter, not a",
-                  "Linear, so no decoder of theirs loads a quantized one (`verify` refuses the head); the script",
-                  "stores it float again and measures every other module at the precision asked for.", ""]
     return "\n".join(lines)
 
 

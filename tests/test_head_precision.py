@@ -64,3 +64,46 @@ def test_add_mtp_notes_a_precision_below_the_knee(tmp_path: Path) -> None:
     below = _dry_run(target, knee - 1)
     assert len(below) == 1 and f"(mla: {knee}-bit)" in below[0] and "docs/PRECISION.md" in below[0], below
     assert _dry_run(target, knee) == []
+
+
+def _add(target: Path, source: Path, precision: str) -> dict:
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(source), "--target", str(target),
+                        "--precision", precision, "--json"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_bits_head_keeps_a_bare_parameter_router_float_and_decodes(tmp_path: Path) -> None:
+    """GLM's router is mlx-lm's ``MoEGate``, a bare parameter: quantized, no loader takes it."""
+    from mtpforge.families.spec import Role
+    from mtpforge.layouts.read import load_head_weights
+    from mtpforge.verify import verify
+    from tests.support.synth import convert_to_mlx
+
+    target = convert_to_mlx(MLA_MODEL, tmp_path / "mla-8bit", q_bits=8, q_group_size=64, dtype="float32")
+    _add(target, MLA_MODEL, "4")
+    hw = load_head_weights(target)
+    spec = FAMILIES[hw.family]
+    routers = [k for k in hw.tensors if spec.role_of(k.removesuffix(".weight")) == Role.ROUTER or spec.role_of(k) == Role.ROUTER]
+    assert routers and not [k for k in hw.tensors if k.endswith(".scales") and k.removesuffix(".scales") + ".weight" in routers]
+    assert any(k.endswith(".scales") for k in hw.tensors)  # the rest is at the 4 bits asked for
+    r = verify(str(target), generate=True, prompts=["hello"], max_tokens=16, progress=False)
+    assert r["identical"], r
+
+
+def test_a_bits_head_on_an_unquantized_target_leaves_its_backbone_loadable(tmp_path: Path) -> None:
+    """The per-module entries of a quantized head in a bf16 folder's config come with the
+    top-level bits mlx-lm's loader reads first; inspect still calls the backbone unquantized."""
+    from mlx_lm.utils import load_model
+
+    from mtpforge.inspect import inspect_checkpoint
+    from tests.support.synth import convert_to_mlx
+
+    dense = ROOT / "mtpforge" / "data" / "tiny-qwen3_5"
+    target = convert_to_mlx(dense, tmp_path / "bf16", q_bits=None)
+    _add(target, dense, "4")
+    load_model(target)  # raised KeyError: 'group_size' before
+    r = inspect_checkpoint(str(target))
+    assert r["quantization"]["default"] is None and r["exit_code"] == 0, r["quantization"]
+    assert r["quantization"]["mtp_modules"]["fc"]["bits"] == 4

@@ -141,6 +141,11 @@ def build_context(
 def _report(ctx: InspectContext) -> dict[str, Any]:
     from ..layouts.quant import quant_defaults
 
+    from ..families.tables import is_head_key
+
+    default = quant_defaults(ctx.cat.config)
+    if default and not any(k.endswith(".scales") and not is_head_key(k, ctx.cat.config) for k in ctx.cat.tensors):
+        default = None  # only the head is quantized: the top-level values are there for mlx-lm's loader
     return {
         "target": ctx.target,
         "family": ctx.family,
@@ -151,7 +156,7 @@ def _report(ctx: InspectContext) -> dict[str, Any]:
         "norm_convention": "none",
         "norm_convention_from": "none",
         "expert_format": "none",
-        "quantization": {"default": quant_defaults(ctx.cat.config), "mtp_modules": {}},
+        "quantization": {"default": default, "mtp_modules": {}},
         "files": ctx.loc.files,
         "manifest": MANIFEST if ctx.manifest else None,
         "raw_hf": is_raw_hf(ctx.cat),

@@ -64,6 +64,7 @@ DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
 RAW_MARKERS = (".mlp.experts.0.up_proj.weight",)
 
 GLM4_MOE = FamilySpec(
+    mlx_float_roles=frozenset({Role.ROUTER}),
     name="glm4_moe",
     model_types=("glm4_moe",),
     text_model_types=(),

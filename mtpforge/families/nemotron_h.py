@@ -93,6 +93,7 @@ def expert_width(d: Mapping[str, int]) -> dict[str, int]:
 RAW_MARKERS = (".mixer.experts.0.up_proj.weight",)
 
 NEMOTRON_H = FamilySpec(
+    mlx_float_roles=frozenset({Role.ROUTER}),
     name="nemotron_h",
     model_types=("nemotron_h",),
     text_model_types=(),

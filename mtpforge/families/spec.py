@@ -279,6 +279,10 @@ class FamilySpec:
     #: family's MTP block (Nemotron-H's router: the converter's F32 rule matches the block index
     #: it reads from the source name, and ``mtp.layers.1`` gives 1, not the block's)
     gguf_quantized_roles: frozenset[Role] = frozenset()
+    #: roles whose module mlx-lm builds as a bare parameter, not a Linear (GLM's, DeepSeek's and
+    #: Nemotron-H's ``MoEGate``): ``mlx_lm.convert`` keeps them float and a loader refuses their
+    #: scales, so an MLX head keeps them float at any ``--precision``
+    mlx_float_roles: frozenset[Role] = frozenset()
     #: a llama.cpp-side role -> the source roles whose rows it holds, concatenated in this order,
     #: where the family's llama.cpp graph reads one fused tensor but the source (and the
     #: converter) keep them apart (MiMo-V2's MTP ``attn_qkv``: query, key, value rows, at the

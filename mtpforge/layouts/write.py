@@ -44,9 +44,14 @@ def updated_config(
             for path, spec in quant_entries.items():
                 q[path] = dict(spec)
     if quant_entries and not isinstance(cfg.get("quantization"), dict):
-        # an unquantized target with a quantized head: the per-path entries still tell the loader
-        cfg["quantization"] = {k: dict(v) for k, v in quant_entries.items()}
-        cfg["quantization_config"] = {k: dict(v) for k, v in quant_entries.items()}
+        # an unquantized target with a quantized head: the per-path entries tell the loader, and
+        # mlx-lm's loader reads the top-level group_size and bits before any entry (a KeyError
+        # without them). They quantize nothing else: its predicate takes only modules whose
+        # ``.scales`` are stored or that an entry names.
+        first = next(iter(quant_entries.values()))
+        top = {k: first[k] for k in ("group_size", "bits", "mode") if k in first}
+        cfg["quantization"] = {**top, **{k: dict(v) for k, v in quant_entries.items()}}
+        cfg["quantization_config"] = {**top, **{k: dict(v) for k, v in quant_entries.items()}}
     return cfg
 
 

@@ -56,6 +56,8 @@ def _asked(bare: str, shape: tuple[int, ...], ask: QuantAsk) -> Optional[QSpec]:
     """The user's precision, unless it does not apply to this module (None: keep float)."""
     if never_quantized(bare, shape, ask.family) or ask.base is None:
         return None
+    if _role(bare, ask.family) in spec_named(ask.family).mlx_float_roles:
+        return None  # a bare parameter in mlx-lm's model: float there, whatever the precision
     if is_fc(bare, ask.family) and ask.keep_fc:
         return None
     if is_expert(bare, ask.family) and ask.out_fmt != STACKED:
