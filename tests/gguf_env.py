@@ -119,8 +119,12 @@ def mtpforge(*args: str, env: dict[str, str] | None = None, timeout: float = 600
 # ----------------------------------------------------------------------------- llama-server
 
 MAX_TOKENS = 64
-#: every test that starts llama-server or its converter runs on one pytest-xdist worker, one at a time
+#: the tests that start llama-server or its converter run in two groups, each on one pytest-xdist
+#: worker, one test at a time: each server is single-threaded (``measure``), so two at once on two
+#: cores do not spin against each other, and the worker done first with the rest takes the other
 XDIST_GROUP = "llama.cpp"
+#: the families added after Qwen, GLM and Nemotron-H: the second group
+XDIST_GROUP_FAMILIES = "llama.cpp-families"
 
 
 def prompts() -> list[str]:

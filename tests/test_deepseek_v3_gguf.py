@@ -27,7 +27,7 @@ from tests import gguf_env
 from tests import gguf_judged as judged
 from tests.gguf_env import official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 PRE = "deepseek-v3"  # what the converter detects for DeepSeek-V3's tokenizer (declared for the tiny one)
 GLM_PRE = "glm4"
 N = 2  # the tiny model's num_hidden_layers: the NextN layer is blk.2

@@ -20,7 +20,7 @@ import pytest
 from tests import gguf_env
 from tests.gguf_env import mtpforge, official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 MODEL = Path(__file__).resolve().parent / "data" / "tiny-deepseek_v3-trained"
 PRE = "deepseek-v3"
 #: measured ~0.67 on every trunk type; random weights accept ~0%

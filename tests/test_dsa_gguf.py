@@ -25,7 +25,7 @@ from tests import gguf_env
 from tests import gguf_judged as judged
 from tests.gguf_env import mtpforge, official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 N = 2  # the tiny models' num_hidden_layers: the NextN layer is blk.2
 #: tensors in the converter's NextN block: GLM-4.7-Flash's 24 and the indexer's 5 (measured,
 #: docs/families/deepseek_v32.md)

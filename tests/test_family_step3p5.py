@@ -22,7 +22,7 @@ import pytest
 from tests import gguf_env
 from tests.support.synth.step3p5 import build_step3p5, mtp_keys, tiny_config
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 
 ARCH = "step35"
 #: per MTP layer k, the block ``blk.{N+k}`` the converter writes (measured)

@@ -24,7 +24,7 @@ from tests import gguf_env
 from tests import gguf_judged as judged
 from tests.gguf_env import mtpforge, official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 PRE = "qwen35"  # the converter's pre-tokenizer for the synthetic byte-level vocabulary
 N = 2  # the tiny model's trunk layers: the MTP layer is blk.2
 #: tensors in the converter's MTP block: 4 NextN, 8 attention, 5 router/shared, 3 expert stacks

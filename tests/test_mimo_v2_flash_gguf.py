@@ -26,7 +26,7 @@ from tests import gguf_env
 from tests import gguf_judged as judged
 from tests.gguf_env import official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 PRE = "qwen35"  # the converter's pre-tokenizer for the synthetic byte-level vocabulary
 N, K = 2, 3  # the tiny trunk's layers; the MTP layers, blk.2 ... blk.4
 #: tensors in each MTP block: the converter's 14, with attn_q / attn_k / attn_v as one attn_qkv

@@ -20,7 +20,7 @@ import pytest
 from tests import gguf_env
 from tests.gguf_env import mtpforge, official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 MODEL = Path(__file__).resolve().parent / "data" / "tiny-mimo_v2_flash-trained"
 PRE = "qwen35"
 #: measured well above this on both trunks (docs/families/mimo_v2_flash.md); random weights accept ~0%

@@ -95,7 +95,7 @@ def server_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str
     return out
 
 
-@pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+@pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 @pytest.mark.parametrize("qtype", QTYPES)
 @pytest.mark.parametrize("family", list(MODELS))
 def test_llama_server_decodes_as_plain_and_drafts_well(server_runs, family: str, qtype: str) -> None:
@@ -104,7 +104,7 @@ def test_llama_server_decodes_as_plain_and_drafts_well(server_runs, family: str,
     assert r["ours"]["drafted"] > 300 and r["ours"]["acceptance"] >= ACCEPTANCE_FLOOR, r["ours"]["acceptance"]
 
 
-@pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+@pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 @pytest.mark.parametrize("family", list(MODELS))
 def test_our_head_accepts_as_much_as_the_converters(server_runs, family: str) -> None:
     r = server_runs[(family, "f32")]

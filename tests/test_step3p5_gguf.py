@@ -24,7 +24,7 @@ from tests import gguf_env
 from tests import gguf_judged as judged
 from tests.gguf_env import official
 
-pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP)
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 PRE = "qwen35"  # the converter's pre-tokenizer for the synthetic byte-level vocabulary
 N = 2  # the tiny model's trunk layers: MTP step j is blk.{2 + j}
 #: tensors in each of the converter's MTP blocks (measured, docs/families/step3p5.md)
