@@ -6,7 +6,10 @@ Qwen3-Next fixture, in every layout and precision add-mtp supports, for plain ad
 architecture refactor (main at 6004dfb; against a241ded only ``mtpforge.json`` differs, by the
 manifest's second version with file hashes) and are unchanged since; the "default" and
 "runtime=" cases were added when plain add-mtp became the portable sidecar and ``--runtime``
-arrived (issue #11). The test compares today's outputs with it. Regenerate (only when an output
+arrived (issue #11). The ten ``bf16/*/precision=8`` cases changed once, on purpose: their
+config.json gained the top-level ``group_size``/``bits`` without which mlx-lm's loader could not
+load the folder (a quantized head in an unquantized model); the tensors are unchanged. The test
+compares today's outputs with it. Regenerate (only when an output
 change is intended, and say why in the commit) with::
 
     python -m tests.golden.cases --write
