@@ -296,6 +296,17 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
             "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout")}
 
 
+def run_local(src: Path, fmt: str, precision: str, target: Path, scratch: Path) -> dict[str, Any]:
+    """The same conversion from the source folder (no hub, warm cache): the conversion's share."""
+    out = scratch / (f"local-{precision}.gguf" if fmt == "gguf" else f"local-mlx-{precision}")
+    shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+    m = C.run_measured(C.mtpforge_cmd("add-mtp", "--source", str(src), "--target", str(target), "--output", str(out),
+                                      "--precision", precision, "--json"), env=C.child_env())
+    for x in (out, out.with_name(out.name + ".mtpforge.json")):
+        shutil.rmtree(x, ignore_errors=True) if x.is_dir() else x.unlink(missing_ok=True)
+    return {"local_wall_s": m.wall_s, "local_cpu_s": m.cpu_s, "local_peak_rss": m.maxrss_bytes}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experts", type=int, nargs="+", default=[256])
@@ -304,6 +315,7 @@ def main() -> None:
     ap.add_argument("--intermediate", type=int, default=4096, help="the backbone's dense MLP width")
     ap.add_argument("--shards", type=int, default=5)
     ap.add_argument("--only", nargs="*", choices=[f"{f}-{p}" for f, p in RUNS], help="runs (default: all)")
+    ap.add_argument("--local", action="store_true", help="also convert from the source folder (no hub): fetch vs conversion")
     ap.add_argument("--keep-source", action="store_true", help="keep the generated source (default: delete it after)")
     ap.add_argument("--name", default=None, help="result file name (default: giant, or giant-quick)")
     a = ap.parse_args()
@@ -338,10 +350,15 @@ def main() -> None:
                          fetched_ratio=r["sent"] / head, fetched_data_ratio=r["tensor_bytes"] / head,
                          rss_delta=r["peak_rss"] - idle_rss, wall_vs_cp_fsync=r["wall_s"] / r["cp_fsync_s"])
                 r["rss_ratio"] = r["rss_delta"] / head
+                if a.local:
+                    r.update(run_local(src, fmt, precision, gguf if fmt == "gguf" else mlx, scratch))
+                    r["local_vs_cp_fsync"] = r["local_wall_s"] / r["cp_fsync_s"]
                 rows.append(r)
                 print(f"  {fmt} {precision}: fetched {r['fetched_ratio']:.4f}x, +{C.mib(r['rss_delta']):.0f} MiB "
                       f"({r['rss_ratio']:.4f}x), {r['wall_s']:.1f} s vs cp+fsync {r['cp_fsync_s']:.1f} s of "
-                      f"{r['written_bytes'] / 1e9:.2f} GB ({r['wall_vs_cp_fsync']:.2f}x), cpu {r['cpu_s']:.0f} s", flush=True)
+                      f"{r['written_bytes'] / 1e9:.2f} GB ({r['wall_vs_cp_fsync']:.2f}x), cpu {r['cpu_s']:.0f} s"
+                      + (f"; from the folder {r['local_wall_s']:.1f} s ({r['local_vs_cp_fsync']:.2f}x), cpu {r['local_cpu_s']:.0f} s"
+                         if a.local else ""), flush=True)
             if not a.keep_source:
                 shutil.rmtree(src.parent / f"targets-{src.name}", ignore_errors=True)
                 shutil.rmtree(src, ignore_errors=True)
@@ -352,6 +369,10 @@ def main() -> None:
     trows = [[r["experts"], f"{r['format']} {r['precision']}", r["head_bytes"] / 1e9, r["written_bytes"] / 1e9,
               f"{r['fetched_ratio']:.4f}", f"{r['fetched_data_ratio']:.4f}", C.mib(r["rss_delta"]), f"{r['rss_ratio']:.4f}",
               r["wall_s"], r["cp_fsync_s"], r["wall_vs_cp_fsync"]] for r in rows]
+    if a.local:
+        headers += ["from folder s", "folder / (cp+fsync)"]
+        for t, r in zip(trows, rows):
+            t += [r["local_wall_s"], r["local_vs_cp_fsync"]]
     print()
     print(C.table(f"DeepSeek-V3-like FP8 head over the loopback hub (--fetch ranges); RSS above an idle interpreter "
                   f"({C.mib(idle_rss):.0f} MiB)", headers, trows))
