@@ -18,8 +18,9 @@ head). Measured: bytes the server sent / head bytes (target <= 1.01), peak RSS a
 interpreter / head bytes (<= 0.25, flat in expert count), wall time / (cp + fsync of the bytes
 written, warm cache) (<= 1.3). Outputs are deleted after each run; the source is kept for reuse.
 
-    python benchmarks/bench_giant.py --experts 16 64      # scaling series (~6 min)
-    python benchmarks/bench_giant.py                      # 256 experts: ~12 GB source, ~23 GB f16 output
+    python benchmarks/bench_giant.py --experts 16 64      # scaling series (~12 min; --local: ~20 min)
+    python benchmarks/bench_giant.py                      # 256 experts: ~12.3 GB source, 25 GB f16 output,
+                                                          # ~60 GB of free disk at the peak, ~30 min here
     python benchmarks/bench_giant.py --quick              # small width, for development
 """
 
