@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import sys
@@ -138,7 +137,7 @@ def build_source(experts: int, dims: dict[str, int], vocab: int, intermediate: i
         shard_of[t[0]] = 1 + min(n_shards - 2, int(acc // per)) if n_shards > 1 else 0
         acc += nbytes[t[0]]
     big = sorted((t for t in back if nbytes[t[0]] >= 1 << 20), key=lambda t: natural_key(t[0]))
-    for i, t in enumerate(back):
+    for t in back:
         shard_of[t[0]] = 0
     for i, t in enumerate(big):
         shard_of[t[0]] = i % n_shards
@@ -182,7 +181,6 @@ def build_targets(src: Path, cfg: dict[str, Any]) -> tuple[Path, Path]:
     import copy
 
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_unflatten
     from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
     from tests.support.synth.gguf_trunk import synthetic_trunk
@@ -292,7 +290,7 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     for x in (out, out.with_name(out.name + ".mtpforge.json")):
         shutil.rmtree(x, ignore_errors=True) if x.is_dir() else x.unlink(missing_ok=True)
     return {"format": fmt, "precision": precision, "wall_s": m.wall_s, "cpu_s": m.cpu_s, "peak_rss": m.maxrss_bytes,
-            "sent": sent, "tensor_bytes": tensor, "requests": None, "written_bytes": written, "hf_home_bytes": cache,
+            "sent": sent, "tensor_bytes": tensor, "written_bytes": written, "hf_home_bytes": cache,
             "cp_fsync_s": cp.wall_s, "head_bytes": sum(read.values()), "head_tensors": len(read), "other_tensors_read": others, "mtp_bytes": rep.get("mtp_bytes"), "fetched_bytes_reported": rep.get("fetched_bytes"),
             "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout")}
 
