@@ -18,7 +18,7 @@ import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes
-from .headplan import decode, read_scale
+from .headplan import block_scale, decode, read_scale, row_blocks
 from .passes.norms import add_offset
 from .passes.quantize import cast, quantize
 from .plan import OutModule, Plan
@@ -46,23 +46,6 @@ def transform_slice(
     return {sfx: to_bytes(a) for sfx, a in quantize(w, m.q, m.float_dtype).items()}
 
 
-#: Source bytes converted per step. A large 2-D slice (q_proj of a 2048-wide head is 32 MiB in
-#: bf16, ~200 MiB through decode/float32/cast/bytes) is split into equal row blocks: casting and
-#: quantizing are row-wise (groups run along the last axis), so the bytes are identical.
-BLOCK_BYTES = 4 << 20
-
-
-def row_blocks(shape: tuple[int, ...], nbytes: int, dtype: str) -> int:
-    """Equal row blocks per slice (a divisor of the row count), each at most BLOCK_BYTES."""
-    if len(shape) < 2 or nbytes <= BLOCK_BYTES or dtype == "F8_E4M3":  # FP8 scales are per 128x128 block
-        return 1
-    rows = shape[0]
-    for k in range(2, rows + 1):
-        if rows % k == 0 and nbytes // k <= BLOCK_BYTES:
-            return k
-    return rows
-
-
 def write_plan(
     plan: Plan, path: Path, entries: Mapping[str, TensorInfo], read: Reader,
     metadata: dict[str, str] | None = None, on_progress: Callable[[int], None] | None = None,
@@ -76,12 +59,12 @@ def write_plan(
             for e, sl in enumerate(m.slices):
                 info = entries[sl.src]
                 scale = read_scale(sl.src, entries, read)
-                k = row_blocks(sl.shape, sl.end - sl.start, info.dtype)
+                k = row_blocks(sl, info)
                 step = (sl.end - sl.start) // k
                 shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
                 for j in range(k):
                     raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
-                    out = transform_slice(m, raw, info, shape, scale)
+                    out = transform_slice(m, raw, info, shape, block_scale(scale, j, k, sl.shape))
                     del raw
                     for sfx, data in out.items():
                         key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))

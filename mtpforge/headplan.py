@@ -22,6 +22,7 @@ from .errors import InputError, RefusedError
 from .families.spec import FamilySpec, Role
 from .families.tables import declared_mtp_layers, mtp_layers_of
 from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
+from .passes.fp8 import BLOCK as FP8_BLOCK
 from .passes.fp8 import dequantize_block_fp8
 
 #: the suffix a block-FP8 weight's scale tensor carries
@@ -179,6 +180,42 @@ def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[Tens
     if entries[src].dtype != "F8_E4M3" or sinfo is None:
         return None
     return to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
+
+
+#: Source bytes converted per step. A large 2-D slice (q_proj of a 2048-wide head is 32 MiB in
+#: bf16, ~200 MiB through decode/float32/cast/bytes; DeepSeek-V3's FP8 ``o_proj`` is 117 MB, ~1.9 GB
+#: through from_fp8/scale/product/float32) is split into equal row blocks: casting and quantizing
+#: are row-wise (groups run along the last axis), so the bytes are identical.
+BLOCK_BYTES = 4 << 20
+
+
+def row_blocks(s: SliceRef, info: TensorInfo) -> int:
+    """Equal row blocks of slice ``s`` (a divisor of its row count), each at most BLOCK_BYTES of
+    float32 work per source byte as a bf16 source has it. A block-FP8 slice is split only when it
+    is its whole tensor and each block holds whole 128-row scale blocks (``block_scale``)."""
+    nbytes, shape = s.end - s.start, s.shape
+    fp8 = info.dtype == "F8_E4M3"
+    if fp8:
+        nbytes *= 2  # one byte per value, where bf16 has two: the same float32 work per block
+    if len(shape) < 2 or nbytes <= BLOCK_BYTES:
+        return 1
+    if fp8 and (s.start != 0 or s.end != info.nbytes or tuple(shape) != tuple(info.shape)):
+        return 1
+    rows = shape[0]
+    for k in range(2, rows + 1):
+        if rows % k == 0 and nbytes // k <= BLOCK_BYTES and (not fp8 or (rows // k) % FP8_BLOCK == 0):
+            return k
+    if fp8:
+        return 1 if rows % FP8_BLOCK else rows // FP8_BLOCK
+    return rows
+
+
+def block_scale(scale: mx.array | None, j: int, k: int, shape: tuple[int, ...]) -> mx.array | None:
+    """The rows of a block-FP8 scale that row block ``j`` of ``k`` (``row_blocks``) is scaled by."""
+    if scale is None or k == 1:
+        return scale
+    r = shape[0] // k // FP8_BLOCK
+    return scale[j * r:(j + 1) * r]
 
 
 #: every spelling of a float precision -> the name each output format uses for it

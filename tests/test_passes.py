@@ -131,6 +131,33 @@ def test_block_fp8_dequantization():
     assert deq.shape == w.shape and mx.max(mx.abs(deq - w)).item() < 0.05
 
 
+def test_a_large_block_fp8_tensor_converts_in_row_blocks_to_the_same_bytes():
+    """headplan.row_blocks splits a large FP8 tensor only at 128-row scale blocks, and each row
+    block, decoded with its rows of the scale (block_scale), is the whole tensor's rows: both
+    emitters convert DeepSeek-V3's 117 MB o_proj without holding ~2 GB of float32 at once."""
+    import numpy as np
+
+    from mtpforge.checkpoint.safetensors_header import TensorInfo
+    from mtpforge.headplan import BLOCK_BYTES, SliceRef, block_scale, decode, row_blocks
+
+    rows, cols = 2048, 2048
+    scale = mx.random.uniform(1e-4, 1e-3, (rows // 128, cols // 128), key=mx.random.key(1))
+    w = mx.random.normal((rows, cols), key=mx.random.key(2)) * mx.repeat(mx.repeat(scale, 128, axis=0), 128, axis=1) * 64
+    raw = bytes(memoryview(np.array(mx.to_fp8(w / mx.repeat(mx.repeat(scale, 128, axis=0), 128, axis=1)))))
+    info = TensorInfo("w", "f", "F8_E4M3", (rows, cols), 0, len(raw))
+    whole = SliceRef("w", 0, len(raw), (rows, cols))
+    k = row_blocks(whole, info)
+    assert k > 1 and (rows // k) % 128 == 0 and 2 * len(raw) // k <= BLOCK_BYTES
+    step = len(raw) // k
+    blocks = [np.array(decode(info, raw[j * step:(j + 1) * step], (rows // k, cols), block_scale(scale, j, k, whole.shape)))
+              for j in range(k)]
+    assert np.array_equal(np.concatenate(blocks), np.array(decode(info, raw, (rows, cols), scale)))
+    # a slice that is not its whole tensor, or rows that are not whole scale blocks: one piece
+    assert row_blocks(SliceRef("w", step, len(raw), (rows - rows // k, cols)), info) == 1
+    odd = TensorInfo("w", "f", "F8_E4M3", (rows + 1, cols), 0, len(raw) + cols)
+    assert row_blocks(SliceRef("w", 0, len(raw) + cols, (rows + 1, cols)), odd) == 1
+
+
 def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     """llama.cpp's converter views kv_b_proj [n·(d_nope+d_v), r_kv] per head, keeps the first
     d_nope rows as the key part (transposed: [n, r_kv, d_nope]) and the rest as the value part

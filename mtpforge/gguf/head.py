@@ -23,8 +23,8 @@ from ..checkpoint.safetensors_header import TensorInfo
 from ..errors import RefusedError
 from ..families.spec import FamilySpec, Role
 from ..families.tables import dims, family_spec
-from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, SliceRef, decode, head_parts,
-                        parse_precision as _parse_precision, read_scale)
+from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, SliceRef, block_scale, decode, head_parts,
+                        parse_precision as _parse_precision, read_scale, row_blocks)
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
@@ -162,11 +162,20 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
     def gen() -> Iterator[bytes]:
         for s in t.slices:
             info = entries[s.src]
-            w32 = decode(info, read(info, s.start, s.end), s.shape, read_scale(s.src, entries, read))
-            w = np.array(add_offset(w32, t.offset) if t.offset else w32)
-            if t.transform is not None:
-                w = t.transform(w)
-            yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
+            scale = read_scale(s.src, entries, read)
+            # one row block at a time (headplan.row_blocks: the same bytes, a bounded float32
+            # step); a transform (q/k rope permutation) needs the whole matrix
+            k = row_blocks(s, info) if t.transform is None else 1
+            step = (s.end - s.start) // k
+            shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
+            for j in range(k):
+                w32 = decode(info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
+                             block_scale(scale, j, k, s.shape))
+                w = np.array(add_offset(w32, t.offset) if t.offset else w32)
+                del w32
+                if t.transform is not None:
+                    w = t.transform(w)
+                yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
 
     return gen
 
