@@ -37,8 +37,22 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             f"{pytest.__version__}: install what pyproject.toml's dev extra allows (pip install -e '.[dev]'), or run -n 0")
 
 
+#: Test modules (or node-id prefixes) that each cost a minute or more of CPU on two cores: the
+#: README's test command skips them (one line at the end says how to run them) so that it holds ten
+#: minutes on a fresh machine; CI (MTPFORGE_CI=1) and MTPFORGE_FULL=1 run them.
+LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.py", "tests/test_norm_truth_families.py",
+                         "tests/conformance/", "tests/test_crash_safety.py", "tests/test_action.py",
+                         "tests/test_soak_samples.py")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: Any) -> None:
+    if item.nodeid.startswith(LONG) and not external.full_run():
+        pytest.skip(f"{external.PREFIX}the full run: `{external.SETUP['the full run']}` runs it")
+    _fail_if_groups_lost(item)
+
+
+def _fail_if_groups_lost(item: Any) -> None:
     """A grouped test fails before its fixtures run when its group could not be kept together
     (an error in a pytest-xdist worker's collection reaches the user only as an internal error)."""
     if _GROUPS_LOST and item.get_closest_marker("xdist_group") is not None:

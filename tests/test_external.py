@@ -34,3 +34,12 @@ def test_summary_is_one_line_per_program() -> None:
         "skipped 2 tests that need mtplx: `python scripts/setup_runtimes.py mtplx` enables them",
         "skipped 1 test that needs chromium: `apt-get install -y chromium` enables it",
     ]
+
+
+@pytest.mark.parametrize("ci,full,runs", [("", "", False), ("1", "", True), ("", "1", True), ("0", "0", False)])
+def test_the_long_suites_run_under_ci_or_when_asked(monkeypatch: pytest.MonkeyPatch, ci: str, full: str, runs: bool) -> None:
+    monkeypatch.setenv("MTPFORGE_CI", ci)
+    monkeypatch.setenv("MTPFORGE_FULL", full)
+    assert external.full_run() is runs
+    assert external.summary(["needs the full run: x"]) == [
+        "skipped 1 test that needs the full run: `MTPFORGE_FULL=1 python -m pytest` enables it"]
