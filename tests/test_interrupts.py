@@ -113,6 +113,11 @@ def test_ctrl_c_in_a_demo_without_a_folder_leaves_no_temporary_folder(tmp_path: 
     assert "was removed" in line and not list((tmp_path / "tmp").glob("mtpforge-demo-*")), line
 
 
+#: the lines each command prints once its work is done and committed (after them a Ctrl-C is ignored:
+#: the result stands and is printed)
+CONVERTED, ADDED = "with its MTP head (", "added the MTP head to"
+
+
 def press(args: list[str], cwd: Path, *, stage: str | None, delay: float, done: str,
           undo: Callable[[], None]) -> Run:
     """``drive``, pressed again (three tries) while the press came only after the command's last
@@ -137,8 +142,8 @@ def test_ctrl_c_in_convert(tmp_path: Path, make_hf, stage: str | None, delay: fl
         assert (out / "mtpforge.json").is_file()  # a finished run: the folder is complete
         shutil.rmtree(out)
 
-    run = press(args, tmp_path, stage=stage, delay=delay, done="no problems found", undo=undo)
-    if too_late(run, "no problems found"):
+    run = press(args, tmp_path, stage=stage, delay=delay, done=CONVERTED, undo=undo)
+    if too_late(run, CONVERTED):
         assert (out / "mtpforge.json").is_file() and "Traceback" not in run.text, run.text[-3000:]
         return
     line = interrupted_line(run.rc, run.text)
@@ -165,8 +170,8 @@ def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> 
         shutil.rmtree(tgt)
         shutil.copytree(spare, tgt, symlinks=True)
 
-    run = press(args, tmp_path, stage=stage, delay=0.0, done="no problems found", undo=undo)
-    if too_late(run, "no problems found"):
+    run = press(args, tmp_path, stage=stage, delay=0.0, done=ADDED, undo=undo)
+    if too_late(run, ADDED):
         assert (tgt / "mtpforge.json").is_file() and "Traceback" not in run.text, run.text[-3000:]
         return
     line = interrupted_line(run.rc, run.text)
@@ -185,9 +190,9 @@ def test_ctrl_c_in_verify(tmp_path: Path, make_hf, make_target, stage: str) -> N
     assert rc == 0, text[-3000:]
     before = state(tgt)
     args = ["verify", str(tgt), "--generate", "--prompt", "hello", "--max-tokens", "16"]
-    run = press(args, tmp_path, stage=stage, delay=0.2, done="speedup", undo=lambda: None)
+    run = press(args, tmp_path, stage=stage, delay=0.2, done="identical:", undo=lambda: None)
     assert state(tgt) == before  # verify changes nothing, interrupted or not
-    if too_late(run, "speedup"):
+    if too_late(run, "identical:"):
         return
     line = interrupted_line(run.rc, run.text)
     assert "left as it was" in line, line
