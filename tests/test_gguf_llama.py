@@ -111,6 +111,7 @@ def test_verify_command_on_a_gguf(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["identical"] is True and rep["drafted"] > 100 and 0.6 <= rep["acceptance"] <= 1
+    assert rep["identical_on_cpu"] is None  # nothing differed: no second decoding on the CPU backend
     r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-such-llama-server"))
     assert r.returncode == 2 and r.stderr.count("error:") == 1 and "llama.cpp" in r.stderr and "Traceback" not in r.stderr
 
