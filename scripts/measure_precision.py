@@ -29,7 +29,9 @@ import contextlib
 import io
 import json
 import platform
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +51,10 @@ SHAPES: dict[str, tuple[Path, str, tuple[str, ...]]] = {
 }
 MLX_PRECISIONS = ("bf16", "8", "6", "5", "4", "3", "2")
 GGUF_PRECISIONS = ("f16", "q8_0")
+#: the lower types users' "-mtp" GGUFs come in, made by llama-quantize from mtpforge's f16 head
+#: (add-mtp writes none of them); its K- and IQ-quants need rows of 256, so on these tiny heads'
+#: 64-wide rows some tensors fall back to another type — counted per cell
+GGUF_LOW = ("Q4_0", "Q3_K_S", "Q2_K", "IQ3_S")
 #: a head precision that loses more than this against bf16 is past the knee (about the noise of
 #: a few hundred drafts; the issue's line for a trunk's cost)
 TOLERANCE = 0.03
@@ -91,9 +97,24 @@ def measure_gguf(model: Path, pre: str, work: Path) -> dict[str, dict[str, Any]]
         if r.returncode != 0:
             out[p] = {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
             continue
-        m = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+        head = Path(json.loads(r.stdout)["output"])
+        m = gguf_env.measure(trunk, draft=head)
         out[p] = {"acceptance": round(m["acceptance"], 4), "drafted": m["drafted"], "accepted": m["accepted"]}
         print(f"  gguf {p:>4}: {m['acceptance']:.1%} ({m['accepted']}/{m['drafted']})")
+        if p != "f16":
+            continue
+        for q in GGUF_LOW:
+            low = head.with_name(f"low-{q}.gguf")
+            qr = subprocess.run([str(gguf_env.BIN / "llama-quantize"), "--allow-requantize", str(head), str(low), q],
+                                capture_output=True, text=True)
+            if qr.returncode != 0:
+                out[q] = {"error": f"llama-quantize {q} failed"}
+                continue
+            fb = re.search(r"(\d+) of (\d+) tensor\(s\) required fallback", qr.stdout + qr.stderr)
+            m = gguf_env.measure(trunk, draft=low)
+            out[q] = {"acceptance": round(m["acceptance"], 4), "drafted": m["drafted"], "accepted": m["accepted"],
+                      "fallback": f"{fb.group(1)}/{fb.group(2)}" if fb else "0"}
+            print(f"  gguf {q:>6}: {m['acceptance']:.1%} ({m['accepted']}/{m['drafted']}), fallback {out[q]['fallback']}")
     return out
 
 
@@ -131,13 +152,23 @@ def render(table: dict[str, Any]) -> str:
         k = f"{s['knee_bits']}-bit" if s["knee_bits"] else "above 8-bit"
         lines.append(f"| {name} (`{s['model']}`) | " + " | ".join(cells) + f" | {k} |")
     if any(s.get("gguf") for s in shapes.values()):
+        gcols = [c for c in (*GGUF_PRECISIONS, *GGUF_LOW) if any(c in (s.get("gguf") or {}) for s in shapes.values())]
         lines += ["", "GGUF heads (`add-mtp --precision`) beside the converter's f32 trunk, llama-server's own draft counters",
-                  "(24 prompts x 64 tokens):", "", "| shape | " + " | ".join(GGUF_PRECISIONS) + " |",
-                  "|---|" + "---|" * len(GGUF_PRECISIONS)]
+                  "(24 prompts x 64 tokens); the lower types are llama-quantize's of the f16 head (add-mtp",
+                  "writes none of them), with the share of its tensors that fell back to another type (its K- and",
+                  "IQ-quants need rows of 256; these heads' rows are 64 wide, so those columns mostly measure the",
+                  "fallback type, and only Q4_0 quantizes every matrix):", "",
+                  "| shape | " + " | ".join(gcols) + " |", "|---|" + "---|" * len(gcols)]
+
+        def cell(g: dict[str, Any], p: str) -> str:
+            c = g.get(p, {})
+            if "acceptance" not in c:
+                return str(c.get("error", ""))
+            return f"{c['acceptance']:.1%}" + (f" (fallback {c['fallback']})" if c.get("fallback", "0") != "0" else "")
+
         for name, s in shapes.items():
             g = s.get("gguf") or {}
-            lines.append(f"| {name} | " + " | ".join(f"{g[p]['acceptance']:.1%}" if "acceptance" in g.get(p, {}) else
-                                                      g.get(p, {}).get("error", "") for p in GGUF_PRECISIONS) + " |")
+            lines.append(f"| {name} | " + " | ".join(cell(g, p) for p in gcols) + " |")
     lines += ["", "Families per shape (the knee `add-mtp` applies to each): "
               + "; ".join(f"{n}: {', '.join(f'`{f}`' for f in s['families'])}" for n, s in shapes.items()) + ".",
               "", f"Measured {table['measured']} ({table['machine']}). Each cell rests on 320-480 drafts: two or",
@@ -149,6 +180,7 @@ def render(table: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", action="store_true", help="also measure GGUF heads in llama-server (llama.cpp built)")
+    ap.add_argument("--gguf-only", action="store_true", help="measure the GGUF heads only (the MLX rows kept from the table)")
     ap.add_argument("--only", default="", help="comma-separated shapes to measure again (the others kept from the table)")
     ap.add_argument("--render-only", action="store_true", help="rewrite docs/PRECISION.md from the table, measuring nothing")
     a = ap.parse_args(argv)
@@ -163,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in only:
             model, pre, families = SHAPES[name]
             print(f"{name}: {model.relative_to(ROOT)}")
-            mlx = measure_mlx(model, Path(tmp) / name)
+            mlx = table["shapes"][name]["mlx"] if a.gguf_only else measure_mlx(model, Path(tmp) / name)
             row = {"model": str(model.relative_to(ROOT)), "families": list(families), "mlx": mlx, "knee_bits": knee(mlx)}
-            if a.gguf:
+            if a.gguf or a.gguf_only:
                 row["gguf"] = measure_gguf(model, pre, Path(tmp) / f"{name}-gguf")
             table["shapes"][name] = row
             shutil.rmtree(Path(tmp) / name, ignore_errors=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,31 @@ def test_verify_command_on_a_gguf(tmp_path: Path) -> None:
     rep = json.loads(r.stdout)
     assert rep["identical"] is True and rep["drafted"] > 100 and 0.6 <= rep["acceptance"] <= 1
     assert rep["identical_on_cpu"] is None  # nothing differed: no second decoding on the CPU backend
+    assert rep["dead_head"] is None  # the trained head drafts
     r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(tmp_path / "no-such-llama-server"))
     assert r.returncode == 2 and r.stderr.count("error:") == 1 and "llama.cpp" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verify_names_a_dead_head_with_its_likely_causes(tmp_path: Path) -> None:
+    """An untrained head (random weights) beside its own random trunk: llama.cpp accepts almost
+    none of its drafts; verify says so with the figure and the causes, in inspect's order."""
+    src = build_hf_variant("qwen3_5", tmp_path / "tiny-random")
+    trunk = trunk_copy(src, tmp_path / "m", "Q8_0")
+    assert mtpforge("add-mtp", "--source", str(src), "--target", str(trunk)).returncode == 0
+    r = mtpforge("verify", str(trunk), "--json", "--llama-server", str(BIN / "llama-server"))
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["identical"] is True, r.stderr  # a warning, not a failed check
+    dead = rep["dead_head"]
+    assert dead is not None and dead["acceptance"] < 0.10 and dead["drafted"] > 50, rep["acceptance"]
+    assert [c.split(":")[0] for c in dead["causes"]] == ["precision", "norms", "hidden state"]
+    assert dead["head_types"] and "full enough" in dead["causes"][0]  # an f16 head: not its precision
+    # the same head in a low type (llama-quantize Q4_0, as users' "-mtp" files come): precision first
+    low = tmp_path / "mtp-q4_0.gguf"
+    head = next(trunk.parent.glob("mtp-*.gguf"))
+    assert subprocess.run([str(BIN / "llama-quantize"), "--allow-requantize", str(head), str(low), "Q4_0"], capture_output=True).returncode == 0
+    r = mtpforge("verify", str(trunk), "--draft", str(low), "--llama-server", str(BIN / "llama-server"))
+    assert r.returncode == 0 and "Q4_0" in r.stderr and "heads collapse in low types" in r.stderr, r.stderr
+    assert "the head accepted" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_gguf_recipe_runs_end_to_end(tmp_path: Path) -> None:

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..findings import Finding, finding
+from ..findings import DEAD_AGREEMENT, Finding, finding
 from .context import InspectContext
 
-#: below this share of agreeing drafts a head saves nothing: each step's verify pass costs more
-#: than the rare accepted token gains (trained heads agree on 60-90%; the dead heads reported
-#: in the wild on 0-4%)
-DEAD_AGREEMENT = 0.10
 #: head matrices below these bits collapse first (docs/FINDINGS.md, measured on the trained tiny models)
 LOW_BITS = 4
 

@@ -14,11 +14,12 @@ from typing import Any, Sequence
 
 from ..cells import counted
 from ..errors import InputError, RefusedError
+from ..findings import DEAD_AGREEMENT
 from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
 from .addmtp import MANIFEST_SUFFIX
 from ..families import FAMILIES
-from .gguffile import read_local
+from .gguffile import GgufFile, read_local
 from .names import family_of
 from .server import decode_all, llama_server, require_llama_server
 
@@ -90,6 +91,8 @@ def verify_gguf(
         problems.append(f"acceptance {acc:.1%} is below --min-acceptance {min_acceptance:.1%}")
     fam = FAMILIES.get(family_of(trunk) or "")
     hidden = fam.gguf_mtp_hidden if fam is not None else "post"
+    dead = _dead_head(acc, drafted, read_local(mtp_file) if mtp_file else trunk, trunk.block_count - trunk.nextn_layers
+                      if own_tail else trunk.block_count, hidden)
     base = [c.tok_s for c in plain if c.tok_s]
     mtp = [c.tok_s for c in spec if c.tok_s]
     b_tps = sum(base) / len(base) if base else None
@@ -107,12 +110,41 @@ def verify_gguf(
                         "acceptance": c.accepted / c.drafted if c.drafted else 0.0} for t, c in zip(texts, spec)],
         "problems": problems, "ok": not problems, "exit_code": 1 if problems else 0,
         "notes": [f"llama.cpp feeds its MTP head the {hidden}-norm hidden state", *notes],
+        "dead_head": dead,
     }
+    if dead is not None:
+        prog.step(f"[yellow]{dead['message']}[/yellow]")
     if problems:
         prog.step("[red]" + "; ".join(problems) + "[/red]")
     else:
         prog.done(f"acceptance {acc:.1%} ({accepted}/{drafted}), identical: {identical}")
     return result
+
+
+#: the GGUF types at or above which a head drafts as well as at f16 (docs/PRECISION.md)
+FULL_TYPES = frozenset({"F32", "F16", "BF16", "Q8_0"})
+
+
+def _dead_head(acc: float, drafted: int, head_file: GgufFile, first_mtp_block: int, hidden: str) -> dict[str, Any] | None:
+    """A head that llama.cpp measured accepting almost nothing, with the likely causes in the
+    order MLX's inspect gives them (precision, norms, hidden state). Why here: for a GGUF there is
+    no offline check, and users have published ``-mtp`` files at 0.0% acceptance that loaded
+    without a word; acceptance this low makes drafting slower than plain decoding."""
+    if drafted == 0 or acc >= DEAD_AGREEMENT:
+        return None
+    types = sorted({t.type_name for n, t in head_file.tensors.items()
+                    if n.startswith("blk.") and int(n.split(".")[1]) >= first_mtp_block and len(t.shape) >= 2})
+    low = [t for t in types if t.upper() not in FULL_TYPES]
+    why = [f"precision: the head's matrices are {'/'.join(types)}"
+           + (" — heads collapse in low types; re-create it with mtpforge add-mtp --precision f16 (or q8_0)" if low
+              else ", full enough, so its values themselves are off (a damaged or untrained head)"),
+           "norms: a head whose norms carry the other convention (+1 where the release stores raw values, or raw where "
+           "llama.cpp expects +1) drafts like this; mtpforge inspect FILE --source REPO compares them with the release",
+           f"hidden state: llama.cpp feeds this family's head the {hidden}-norm hidden state; a head trained on other "
+           "hidden states, or on another model, drafts like this"]
+    msg = (f"the head accepted {acc:.1%} of {drafted} drafts: drafting is slower than plain decoding at this rate. "
+           "Likely causes, in order: " + "; ".join(f"({i}) {c}" for i, c in enumerate(why, 1)))
+    return {"acceptance": acc, "drafted": drafted, "head_types": types, "causes": why, "message": msg}
 
 
 def _identical_on_cpu(binary: Path, trunk: Path, mtp_file: Path | None, texts: list[str], max_tokens: int, n_max: int) -> bool:
