@@ -233,13 +233,18 @@ GGUF_DEFAULT_PRECISION = "f16"
 PRECISION_TABLE = "head_precision.json"
 
 
-def precision_note(family: str, precision: str | int | None) -> Optional[str]:
-    """A note when ``--precision BITS`` asks for fewer bits than the measured knee of the family's
-    head shape (None: no bits asked, the family's shape unmeasured, or at or above the knee)."""
+def precision_note(family: str, precision: str | int | None, matched_bits: int | None = None) -> Optional[str]:
+    """A note when the head gets fewer bits than the measured knee of the family's head shape:
+    asked for (``--precision BITS``), or by default, matching a target quantized below the knee
+    (``matched_bits``: the common 4-bit folder, where the dense and MoE heads measured 3-7 points
+    under a full one). None: no bits, the family's shape unmeasured, or at or above the knee."""
     import json
     from importlib import resources
 
     path = resources.files("mtpforge").joinpath("data", PRECISION_TABLE)
+    matched = not isinstance(precision, int) and matched_bits is not None
+    if matched:
+        precision = matched_bits
     if not isinstance(precision, int) or not path.is_file():
         return None
     table = json.loads(path.read_text(encoding="utf-8"))
@@ -248,7 +253,12 @@ def precision_note(family: str, precision: str | int | None) -> Optional[str]:
         return None
     mlx = row["mlx"]
     at = f", {mlx[str(precision)]['acceptance']:.1%} at {precision}-bit" if str(precision) in mlx else ""
-    return (f"--precision {precision} is below the measured knee of this head's shape ({shape}: {row['knee_bits']}-bit): "
+    if matched:  # the default path: short, it is what most users see
+        return (f"the head matches the target's {precision} bits; {shape} heads measured {mlx[str(precision)]['acceptance']:.1%} "
+                f"at {precision}-bit against {mlx['bf16']['acceptance']:.1%} as bf16 (docs/PRECISION.md): "
+                f"pass --precision {row['knee_bits']} or more to keep the drafts") if str(precision) in mlx else None
+    what = f"--precision {precision} is"
+    return (f"{what} below the measured knee of this head's shape ({shape}: {row['knee_bits']}-bit): "
             f"on the trained tiny model of that shape acceptance was {mlx['bf16']['acceptance']:.1%} with a bf16 head{at} "
             f"(docs/PRECISION.md); pass --precision {row['knee_bits']} or more to keep the drafts")
 

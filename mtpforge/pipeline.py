@@ -194,7 +194,8 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                       default_q=_default_q(target_config))
     notes = list(head.notes)
     notes += load_notes(head, choice.reader, target_config, explicit=options.runtime is None)
-    if (low := precision_note(family, choice.precision if options.precision is not None else None)) is not None:
+    matched = head.default_q.bits if choice.precision == "match" and head.default_q is not None else None
+    if (low := precision_note(family, choice.precision if options.precision is not None else None, matched)) is not None:
         notes.append(low)
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
                                 "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}

@@ -46,12 +46,13 @@ def test_the_table_is_what_its_numbers_say() -> None:
     assert len(seen) == len(set(seen)), "a family belongs to one head shape"
 
 
-def _dry_run(target: Path, precision: int) -> list[str]:
-    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(MLA_MODEL), "--target", str(target),
-                        "--precision", str(precision), "--dry-run", "--json"], cwd=ROOT, capture_output=True, text=True,
+def _dry_run(target: Path, precision: int | None, source: Path = MLA_MODEL) -> list[str]:
+    asked = ["--precision", str(precision)] if precision is not None else []
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(source), "--target", str(target),
+                        *asked, "--dry-run", "--json"], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr
-    return [n for n in json.loads(r.stdout)["notes"] if "measured knee" in n]
+    return [n for n in json.loads(r.stdout)["notes"] if "measured knee" in n or "docs/PRECISION.md" in n]
 
 
 def test_add_mtp_notes_a_precision_below_the_knee(tmp_path: Path) -> None:
@@ -64,6 +65,24 @@ def test_add_mtp_notes_a_precision_below_the_knee(tmp_path: Path) -> None:
     below = _dry_run(target, knee - 1)
     assert len(below) == 1 and f"(mla: {knee}-bit)" in below[0] and "docs/PRECISION.md" in below[0], below
     assert _dry_run(target, knee) == []
+
+
+def test_add_mtp_notes_a_default_head_matching_a_target_below_the_knee(tmp_path: Path) -> None:
+    """A dense head's default precision matches the target's quantization (MoE, MLA and hybrid
+    heads default to bf16): a target below the dense knee gets the note too — the common 4-bit
+    folder is one — and a target at the knee none."""
+    from tests.support.synth import convert_to_mlx
+
+    dense = ROOT / TABLE["shapes"]["dense"]["model"]
+    knee = TABLE["shapes"]["dense"]["knee_bits"]
+    if knee is None or knee <= min(BITS):
+        pytest.skip(f"the dense knee is {knee}: no measured precision is below it")
+    below = convert_to_mlx(dense, tmp_path / "below", q_bits=knee - 1, q_group_size=64, dtype="float32")
+    notes = _dry_run(below, None, dense)
+    assert len(notes) == 1 and f"matches the target's {knee - 1} bits; dense heads measured" in notes[0], notes
+    assert f"pass --precision {knee} or more" in notes[0]
+    at = convert_to_mlx(dense, tmp_path / "at", q_bits=knee, q_group_size=64, dtype="float32")
+    assert _dry_run(at, None, dense) == []
 
 
 def _add(target: Path, source: Path, precision: str) -> dict:
