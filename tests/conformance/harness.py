@@ -33,13 +33,16 @@ FAMILIES = ("dense", "moe", "next")
 OTHER_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h")
 FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained, fused experts)",
                 "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)",
-                "glm4_moe": "GLM-4.5 (trained)", "glm4_moe_lite": "GLM-4.7-Flash (fixture, MLA)",
-                "nemotron_h": "Nemotron-H (fixture, hybrid head)"}
+                "glm4_moe": "GLM-4.5 (trained)", "glm4_moe_lite": "GLM-4.7-Flash (trained, MLA)",
+                "nemotron_h": "Nemotron-H (trained, hybrid head)"}
 #: the synthetic variant each fixture family is built from
 FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
-#: the non-Qwen sources: the trained tiny GLM-4.5 (tests/data), random fixtures built by
-#: ``tests.support.synth.<family>`` for the others
-TRAINED_OTHER = {"glm4_moe": REPO / "tests" / "data" / "tiny-glm4_moe-trained"}
+#: the non-Qwen sources: the trained tiny models (tests/data), so that a runtime's acceptance
+#: is compared with verify's on heads that draft (random fixtures built by
+#: ``tests.support.synth.<family>`` for a family without one)
+TRAINED_OTHER = {"glm4_moe": REPO / "tests" / "data" / "tiny-glm4_moe-trained",
+                 "glm4_moe_lite": REPO / "tests" / "data" / "tiny-glm4_moe_lite-trained",
+                 "nemotron_h": REPO / "tests" / "data" / "tiny-nemotron_h-trained"}
 #: the mlx_lm.convert arguments of each non-Qwen family's own test module (tests/test_family_*.py)
 OTHER_FIXTURES: dict[str, dict[str, Any]] = {
     "glm4_moe": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
