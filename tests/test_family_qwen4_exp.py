@@ -118,20 +118,18 @@ def test_the_tiny_release_has_the_heads_31_tensors_and_mlx_vlm_convert_drops_the
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("extra", [["--runtime", "mlx-vlm"], []], ids=["runtime", "plain"])
-def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(qwen4, extra: list[str]) -> None:
+def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(qwen4) -> None:
     """``<target>-mtp-drafter`` (``model_type`` ``qwen4_exp_mtp``, bare keys, experts stacked,
     every matrix at the model's 4 bits but the routers): mlx-vlm 0.7.10's ``load_drafter`` builds
     its ``Qwen4ExpMTPDraftModel`` from it, every parameter equal to a stored tensor, none missing
     or unused; its speculative ``stream_generate`` drafts and decodes exactly as its plain one;
-    inspect --runtime mlx-vlm finds no error. Plain add-mtp writes the same folder (the drafter
-    is the one MLX form any runtime drafts this family from)."""
+    inspect --runtime mlx-vlm finds no error."""
     from safetensors import safe_open
 
-    folder = qwen4["root"] / f"vlm-{extra[0][2:] if extra else 'plain'}"
+    folder = qwen4["root"] / "vlm-runtime"
     shutil.copytree(qwen4["mlx"], folder)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    rep = judged.add_mtp(qwen4["src"], folder, *extra)
+    rep = judged.add_mtp(qwen4["src"], folder, "--runtime", "mlx-vlm")
     drafter = folder.parent / f"{folder.name}-mtp-drafter"
     assert rep["layout"] == "mlx-vlm-drafter" and rep["family"] == "qwen4_exp" and rep["output"] == str(drafter), rep
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the model folder is untouched
@@ -153,6 +151,19 @@ def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(qwen4, extra: list[str]
     rep = json.loads(r.stdout)
     assert r.returncode == 0 and rep["family"] == "qwen4_exp" and rep["layout"] == "mlx-vlm-drafter", r.stdout
     assert not [f for f in rep["findings"] if f["severity"] != "info"], r.stdout
+
+
+def test_plain_add_mtp_writes_the_same_drafter(qwen4, tmp_path: Path) -> None:
+    """Plain add-mtp (no ``--runtime``) writes this family's head as mlx-vlm's drafter, the one
+    MLX form any runtime drafts it from: the same tensors, byte for byte, and the same config."""
+    runs = {}
+    for name, extra in (("plain", ()), ("runtime", ("--runtime", "mlx-vlm"))):
+        shutil.copytree(qwen4["mlx"], tmp_path / name)
+        rep = judged.add_mtp(qwen4["src"], tmp_path / name, *extra)
+        drafter = tmp_path / f"{name}-mtp-drafter"
+        assert rep["layout"] == "mlx-vlm-drafter" and rep["output"] == str(drafter), rep
+        runs[name] = [(drafter / f).read_bytes() for f in ("model.safetensors", "config.json")]
+    assert runs["plain"] == runs["runtime"]
 
 
 @pytest.mark.xdist_group("conformance")
@@ -218,3 +229,17 @@ def test_verify_says_mtpforge_cannot_decode_this_family(qwen4, tmp_path: Path) -
 def test_runtimes_that_do_not_draft_qwen4_exp_say_so(qwen4, runtime: str) -> None:
     judged.runtime_says_it_does_not_draft(qwen4["src"], qwen4["mlx"], qwen4["root"] / "nodraft", runtime,
                                           "qwen4_exp", "Qwen3.8-Flash-Next")
+
+
+@pytest.mark.parametrize("bad", ["2", 2.0, True, -1, 1 << 30, None])
+def test_a_family_dimension_key_is_read_as_a_bounded_integer_or_refused(bad: object) -> None:
+    """``hc_count`` is no key config.json's reader types: ``tables.dims`` reads it from the file as
+    written, an integer in 0..MAX_DIM only; any other value is refused naming the key."""
+    from mtpforge.errors import CorruptFileError
+    from mtpforge.families.tables import dims
+    from tests.support.synth.qwen4_exp import tiny_config
+
+    d = dims(tiny_config())
+    assert (d["CH"], d["R"], d["IX"], d["2QD"]) == (128, 32, 96, 256)
+    with pytest.raises(CorruptFileError, match="hc_count"):
+        dims(tiny_config(hc_count=bad))
