@@ -31,9 +31,9 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 #: tests/conformance, "default" cells); Qwen3.8-Flash-Next: mlx-vlm's drafter, the one MLX form
 #: any runtime drafts it from
 PORTABLE = WriteRule("sidecar", DEFAULT, layout_by_family={"qwen4_exp": "mlx-vlm-drafter"},
-                     quant_by_family={"qwen4_exp": QuantRule(float_router_quant)}, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16",
-                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16", "deepseek_v3": "bf16",
-                                                               "nemotron_h": "bf16"})
+                     quant_by_family={"qwen4_exp": QuantRule(float_router_quant)},
+                     precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16", "glm4_moe": "bf16",
+                                          "glm4_moe_lite": "bf16", "deepseek_v3": "bf16", "nemotron_h": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
