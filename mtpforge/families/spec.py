@@ -88,6 +88,27 @@ class Role(str, Enum):
     ATTN_SINKS = "attn_sinks"
     LAYER_OUT_NORM = "layer_out_norm"
     QKV_PROJ = "qkv_proj"
+    # Qwen3.8-Flash-Next (hyper-connections): the head's input fusion projects the token
+    # embedding and each residual stream on its own (two matrices, not one ``fc``); Qwen Sparse
+    # Attention's indexer projects its queries and key in one matrix and RMS-normalizes both;
+    # each gated residual (before attention, before the MLP, and the final stream mixer) has a
+    # grouped norm over the streams, a low-rank input mixer (down, up) and, but the final one,
+    # the projection that spreads the branch back over the streams
+    FC_EMBEDDING = "fc_embedding"
+    FC_HIDDEN = "fc_hidden"
+    INDEXER_QK = "indexer_qk"
+    INDEXER_Q_NORM = "indexer_q_norm"
+    ATTN_HC_NORM = "attn_hc_norm"
+    ATTN_HC_DOWN = "attn_hc_down"
+    ATTN_HC_UP = "attn_hc_up"
+    ATTN_HC_INJECT = "attn_hc_inject"
+    MLP_HC_NORM = "mlp_hc_norm"
+    MLP_HC_DOWN = "mlp_hc_down"
+    MLP_HC_UP = "mlp_hc_up"
+    MLP_HC_INJECT = "mlp_hc_inject"
+    OUT_HC_NORM = "out_hc_norm"
+    OUT_HC_DOWN = "out_hc_down"
+    OUT_HC_UP = "out_hc_up"
 
 
 #: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not

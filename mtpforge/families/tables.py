@@ -74,6 +74,20 @@ def _lookup(text: Any, key: str) -> Any:
     return one
 
 
+def _family_dim(cfg: Any, key: str) -> Any:
+    """A dimension key of the text config: a validated one (``inputs/model_config.py``), else a
+    key only one family has (Qwen3.8-Flash-Next's ``hc_count``), read from the file as written
+    and taken only as an integer in 0..MAX_DIM (anything else reads as unset, so the head is
+    refused naming the key): per-family keys stay in their family's ``dim_keys``."""
+    from ..inputs.model_config import MAX_DIM
+
+    one = _lookup(cfg.text, key)
+    if one is not None or "." in key or key in type(cfg.text).model_fields:
+        return one
+    raw = cfg.text_raw.get(key)
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_DIM else None
+
+
 def dims(config: Mapping[str, Any]) -> dict[str, int]:
     """Config dimensions that the shape templates use (validated when config.json was read)."""
     cfg = as_config(config)
@@ -84,7 +98,7 @@ def dims(config: Mapping[str, Any]) -> dict[str, int]:
         keys = k.get(name, ())
         got: int | None = 1
         for key in (keys,) if isinstance(keys, str) else keys:
-            one = _lookup(cfg.text, key)
+            one = _family_dim(cfg, key)
             got = None if one is None or got is None else got * one
         if got is None or not keys:
             if default is None:

@@ -28,10 +28,12 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 #: plain add-mtp (no --runtime, no --layout): outside every ``model*.safetensors`` glob, so no
 #: pinned mlx-lm ever sees an ``mtp.`` key; experts stacked; MoE heads in bf16, the one
 #: precision that both MTPLX's templates and exo's single-precision rule load (measured:
-#: tests/conformance, "default" cells)
-PORTABLE = WriteRule("sidecar", DEFAULT, precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16",
-                                                               "glm4_moe": "bf16", "glm4_moe_lite": "bf16", "deepseek_v3": "bf16",
-                                                               "nemotron_h": "bf16"})
+#: tests/conformance, "default" cells); Qwen3.8-Flash-Next: mlx-vlm's drafter, the one MLX form
+#: any runtime drafts it from
+PORTABLE = WriteRule("sidecar", DEFAULT, layout_by_family={"qwen4_exp": "mlx-vlm-drafter"},
+                     quant_by_family={"qwen4_exp": QuantRule(float_router_quant)},
+                     precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16", "glm4_moe": "bf16",
+                                          "glm4_moe_lite": "bf16", "deepseek_v3": "bf16", "nemotron_h": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
@@ -70,11 +72,24 @@ _NO_NEMOTRON = {
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not Nemotron-H",
 }
 
+#: Qwen3.8-Flash-Next (docs/families/qwen4_exp.md): only mlx-vlm drafts it (its drafter
+#: ``qwen4_exp_mtp``); none of the others names ``qwen4_exp`` in its installed or read code
+_NO_QWEN4_EXP = {
+    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not Qwen3.8-Flash-Next (mlx-lm has no qwen4_exp model)",
+    "mtplx": "MTPLX 2.12.2 has no Qwen3.8-Flash-Next (qwen4_exp) backend",
+    "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen3.5/3.6 MTP heads only, not Qwen3.8-Flash-Next (qwen4_exp)",
+    "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not Qwen3.8-Flash-Next (qwen4_exp)",
+    "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not Qwen3.8-Flash-Next",
+}
+
+
 def _not_drafted(runtime: str) -> dict[str, str]:
-    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3 and Nemotron-H."""
+    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3, Nemotron-H and
+    Qwen3.8-Flash-Next."""
     nemotron = {"nemotron_h": _NO_NEMOTRON[runtime]} if runtime in _NO_NEMOTRON else {}
+    qwen4 = {"qwen4_exp": _NO_QWEN4_EXP[runtime]} if runtime in _NO_QWEN4_EXP else {}
     return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime],
-            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], **nemotron}
+            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], **nemotron, **qwen4}
 
 
 #: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
@@ -86,8 +101,11 @@ _990 = WriteRule("embedded", QuantRule(default_quant, source_experts_note=(
     "(--experts switch_mlp for runtimes that accept it)")), keep_experts=SOURCE_EXPERTS,
     quant_by_family={"nemotron_h": _1533}, keep_experts_by_family={"nemotron_h": ()})
 #: mlx-vlm's drafters: Qwen3.5's router is a Linear (8-bit as mlx-lm keeps it), Nemotron-H's a bare
-#: parameter that stays float (its NemotronHMTPSplitter never quantizes ``mixer.gate`` either)
-_DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT, quant_by_family={"nemotron_h": QuantRule(float_router_quant)})
+#: parameter that stays float (its NemotronHMTPSplitter never quantizes ``mixer.gate`` either);
+#: Qwen3.8-Flash-Next's routers stay float too (its Qwen4ExpMTPSplitter and the drafter's
+#: ``quant_predicate`` never quantize ``mlp.gate``)
+_DRAFTER = WriteRule("mlx-vlm-drafter", DEFAULT, quant_by_family={"nemotron_h": QuantRule(float_router_quant),
+                                                                  "qwen4_exp": QuantRule(float_router_quant)})
 
 #: what ``--layout X`` without ``--runtime`` writes: each layout's rule as before runtimes were
 #: measured (tests/golden holds these bytes); add-mtp notes where the result does not load in
@@ -130,6 +148,7 @@ MTPLX = RuntimeSpec(
                                                  "deepseek_v3": QuantRule(mtplx_scales_quant),
                                                  "nemotron_h": QuantRule(mtplx_scales_quant)}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
+    no_mtp={"qwen4_exp": _NO_QWEN4_EXP["mtplx"]},
     quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
                  "deepseek_v3": mtplx_scales_loads,
                  "nemotron_h": mtplx_scales_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
