@@ -194,7 +194,9 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                       default_q=_default_q(target_config))
     notes = list(head.notes)
     notes += load_notes(head, choice.reader, target_config, explicit=options.runtime is None)
-    matched = head.default_q.bits if choice.precision == "match" and head.default_q is not None else None
+    # the plain default only: a runtime's or layout's own template is what that runtime loads
+    plain = options.runtime is None and options.layout is None
+    matched = head.default_q.bits if plain and choice.precision == "match" and head.default_q is not None else None
     if (low := precision_note(family, choice.precision if options.precision is not None else None, matched)) is not None:
         notes.append(low)
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
