@@ -1,7 +1,7 @@
 """A trained DeepSeek-V3-shaped head, judged by llama.cpp: acceptance that tells a working head.
 
 On random weights (tests/test_deepseek_v3_gguf.py) llama-server accepts ~0% of the drafts.
-``tests/data/tiny-deepseek_v3-trained`` (``scripts/train_tiny_deepseek_v3.py``: the trunk trained
+``tests/data/tiny-deepseek_v3-trained`` (``scripts/train_tiny_family.py deepseek_v3``: the trunk trained
 as a language model, the NextN layer as the next-next-token predictor on the trunk's post-norm
 hidden state) drafts well: on the converter's f32, Q8_0 and Q4_K_M DeepSeek-V3 trunks (which have
 no head: the converter drops it), mtpforge's default (f16) MTP file decodes exactly as plain and

@@ -1,7 +1,7 @@
 """A trained MiMo-V2-Flash-shaped head, judged by llama.cpp: acceptance that tells a working head.
 
 On random weights (tests/test_mimo_v2_flash_gguf.py) llama-server accepts ~0% of the drafts.
-``tests/data/tiny-mimo_v2_flash-trained`` (``scripts/train_tiny_mimo_v2_flash.py``: the trunk
+``tests/data/tiny-mimo_v2_flash-trained`` (``scripts/train_tiny_family.py mimo_v2_flash``: the trunk
 trained as a language model, MTP layer 0 as the next-next-token predictor on the trunk's pre-norm
 hidden state, as mimo2.cpp feeds it) drafts well: on the converter's ``--no-mtp`` f32 and Q4_K_M
 trunks, mtpforge's default (f16) MTP file — q/k/v fused into the ``attn_qkv`` llama.cpp's mimo2

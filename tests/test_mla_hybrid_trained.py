@@ -2,8 +2,8 @@
 
 On random weights (tests/test_family_glm4_moe_lite.py, tests/test_family_nemotron_h.py, their GGUF
 siblings) a head drafts ~0%, so identity and equal counts were all those tests could show.
-``tests/data/tiny-glm4_moe_lite-trained`` (``scripts/train_tiny_glm4_moe_lite.py``) and
-``tests/data/tiny-nemotron_h-trained`` (``scripts/train_tiny_nemotron_h.py``) are trained — the
+``tests/data/tiny-glm4_moe_lite-trained`` (``scripts/train_tiny_family.py glm4_moe_lite``) and
+``tests/data/tiny-nemotron_h-trained`` (``scripts/train_tiny_family.py nemotron_h``) are trained — the
 trunk as a language model, the head as the next-next-token predictor on the trunk's post-norm
 hidden state — so here a head mtpforge wrote is judged by what it drafts:
 
