@@ -20,6 +20,7 @@ from ..findings import Finding, finding
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
+from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
 from .names import SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
@@ -221,12 +222,13 @@ def _manifest(p: Path) -> GgufManifestFile | None:
 
 
 def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
-    out = []
-    for n, t in g.tensors.items():
-        if block_of(n) in blocks and t.type_name in ("F32", "F16") and t.nbytes <= (1 << 22):
-            if not np.isfinite(tensor_array(g, t)).all():
-                out.append(finding("NONFINITE_WEIGHTS", f"{n} holds NaN or Inf", "re-write the head with mtpforge add-mtp --force"))
-    return out
+    """Every tensor of the MTP blocks, whatever its encoding (F32/F16 under 4 MB only were read:
+    a q8_0 or bf16 head holding NaN had no finding)."""
+    bad = nonfinite_tensors(g, [n for n in g.tensors if block_of(n) in blocks])
+    if not bad:
+        return []
+    return [finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(bad)} head tensor(s): {', '.join(bad[:3])}",
+                    "re-write the head with mtpforge add-mtp --force")]
 
 
 def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:
