@@ -207,10 +207,14 @@ def _norms_from_trunk(head: GgufFile, trunk: GgufFile, family: str) -> tuple[str
 
 def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | None:
     """A --source of another family than the head's proves nothing about its norms: an error
-    finding (it was exit 0, no findings, ``raw`` "from source")."""
+    finding (it was exit 0, no findings, ``raw`` "from source"). Families of one architecture
+    (GLM-4.7-Flash and DeepSeek-V3 are both deepseek2) are told apart by the file's
+    pre-tokenizer, as ``family_of`` does; a file that states none is not judged."""
     mine = family_of(head)
-    if mine is None or FAMILIES[src_family].gguf_arch == head.arch:
+    if mine is None or mine == src_family:
         return None
+    if FAMILIES[src_family].gguf_arch == head.arch and head.get("tokenizer.ggml.pre") is None:
+        return None  # families sharing an architecture (deepseek2) are told apart by the pre-tokenizer only
     return finding("SOURCE_MISMATCH", f"--source {source} is a {src_family} checkpoint, but the head is {mine}'s "
                                       f"({head.arch}): the comparison proves nothing",
                    "pass this model's own original checkpoint as --source", severity="error")
