@@ -111,3 +111,26 @@ def test_inspect_and_verify_find_a_head_holding_nan_in_any_encoding(heads, case:
     line = one_line(v, 1, "NaN or Inf")
     assert name in line and json.loads(v.stdout)["error"]["code"] == "NONFINITE_WEIGHTS"
     assert folder_state(folder) == before
+
+
+def test_integer_and_double_tensors_are_judged_and_never_crash_the_check(tmp_path: Path) -> None:
+    """An I32 tensor (llama.cpp stores some in heads and trunks) holds no NaN and is passed; an
+    F64 one is judged by its exponent bits (the check raised NotImplementedError on I32 before it
+    was released)."""
+    import gguf
+    import numpy as np
+
+    from mtpforge.gguf.finite import nonfinite_tensors
+    from mtpforge.gguf.gguffile import read_local
+
+    p = tmp_path / "x.gguf"
+    w = gguf.GGUFWriter(str(p), "qwen35")
+    w.add_tensor("blk.0.ints.weight", np.arange(64, dtype=np.int32))
+    w.add_tensor("blk.0.dbl.weight", np.array([1.0, float("nan"), 2.0], dtype=np.float64))
+    w.add_tensor("blk.0.ok.weight", np.ones(8, dtype=np.float64))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    g = read_local(p)
+    assert nonfinite_tensors(g, list(g.tensors)) == ["blk.0.dbl.weight"]

@@ -18,7 +18,10 @@ from .gguffile import GgufFile, GgufTensor
 
 Q = gguf.GGMLQuantizationType
 #: unsigned view and exponent mask of each float encoding
-_FLOAT_EXP = {Q.F32: ("<u4", 0x7F800000), Q.F16: ("<u2", 0x7C00), Q.BF16: ("<u2", 0x7F80)}
+_FLOAT_EXP = {Q.F64: ("<u8", 0x7FF0000000000000), Q.F32: ("<u4", 0x7F800000), Q.F16: ("<u2", 0x7C00),
+              Q.BF16: ("<u2", 0x7F80)}
+#: integer tensors (llama.cpp keeps some indices and counts as I32) hold no NaN or Inf
+_INTEGER = {Q.I8, Q.I16, Q.I32, Q.I64}
 #: bytes read at a time (whole rows or blocks)
 _CHUNK = 1 << 22
 
@@ -43,7 +46,10 @@ def _chunks(path: Path, t: GgufTensor, unit: int) -> Iterable[bytes]:
 
 
 def tensor_is_finite(path: Path, t: GgufTensor) -> bool:
-    """Whether every value the tensor decodes to is finite."""
+    """Whether every value the tensor decodes to is finite (a type gguf-py cannot decode, some IQ
+    quantizations, is not judged: True)."""
+    if t.type in _INTEGER:
+        return True
     if t.type in _FLOAT_EXP:
         view, mask = _FLOAT_EXP[t.type]
         size = np.dtype(view).itemsize
@@ -53,10 +59,13 @@ def tensor_is_finite(path: Path, t: GgufTensor) -> bool:
         return not any(np.any((np.frombuffer(c, dtype=np.uint8).reshape(-1, ts)[:, :2].copy().view("<u2") & 0x7C00) == 0x7C00)
                        for c in _chunks(path, t, ts))
     row = _row_bytes(t)
-    for c in _chunks(path, t, row):
-        rows = np.frombuffer(c, dtype=np.uint8).reshape(-1, row)
-        if not np.isfinite(gguf.quants.dequantize(rows, t.type)).all():
-            return False
+    try:
+        for c in _chunks(path, t, row):
+            rows = np.frombuffer(c, dtype=np.uint8).reshape(-1, row)
+            if not np.isfinite(gguf.quants.dequantize(rows, t.type)).all():
+                return False
+    except NotImplementedError:
+        return True
     return True
 
 
