@@ -369,7 +369,7 @@ def test_two_real_add_mtp_runs_at_the_same_moment_end_consistent(gguf_reference,
     from tests.crash_harness import cli_env
 
     src, pristine, _ = gguf_reference
-    for attempt in range(2):
+    for attempt in range(1):  # without the lock one attempt fails (FileNotFoundError) every time seen
         folder = tmp_path / f"g{attempt}"
         shutil.copytree(pristine, folder)
         runs = {prec: subprocess.Popen([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(src), "--target",
