@@ -580,6 +580,29 @@ def test_a_hub_gguf_reporting_two_to_the_fifty_bytes_is_refused_before_any_spars
     assert "token_embd.weight" in g.tensors
 
 
+@pytest.mark.parametrize("size", [2**50, 2**63 - 1])
+def test_inspect_of_a_hub_gguf_repo_reporting_an_impossible_size_is_one_line(hub, synth, size: int, tmp_path: Path) -> None:
+    """The same through the CLI and the real huggingface_hub client: a repo whose GGUF the Hub
+    lists at 2^50 bytes (the loopback hub's table says so; the file itself is a real trunk) is
+    CORRUPT_FILE in one line, exit 2, with no request for the file's bytes and no temporary file
+    left (it was `internal error: OSError: [Errno 27] File too large`)."""
+    import os
+    import tempfile
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    folder = tmp_path / "repo"
+    synthetic_trunk(synth.hf("qwen3_5"), folder / "trunk.gguf")
+    repo, sha = hub.publish(folder)
+    hub.server.repos[repo].commits[sha].files["trunk.gguf"].size = size
+    temp_before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")}
+    r = hub.run("inspect", repo, hf_home=tmp_path / "hf")
+    err = r.assert_one_line_error(2)
+    assert err["code"] == "CORRUPT_FILE" and "trunk.gguf" in err["message"] and "Hub reports" in err["message"], err
+    assert not [e for e in hub.log(repo) if e.file == "trunk.gguf" and e.method == "GET"]
+    assert {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")} <= temp_before
+
+
 # ----------------------------------------------------------------------------- inspect --source of another family
 
 def _other(family: str) -> str:
