@@ -603,6 +603,29 @@ def test_inspect_of_a_hub_gguf_repo_reporting_an_impossible_size_is_one_line(hub
     assert {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")} <= temp_before
 
 
+def test_inspect_of_a_large_hub_gguf_under_a_file_size_limit_is_one_line(hub, synth, tmp_path: Path) -> None:
+    """A plausible 128 GiB Hub GGUF whose header is parsed in a sparse temporary file, with
+    ``ulimit -f`` (or a TMPDIR filesystem) capping files at 1 GiB: NO_SPACE in one line that names
+    TMPDIR, exit 1, no temporary file left (it was `internal error: OSError: [Errno 27]`)."""
+    import resource
+    import sys
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    folder = tmp_path / "repo"
+    synthetic_trunk(synth.hf("qwen3_5"), folder / "trunk.gguf")
+    repo, sha = hub.publish(folder)
+    hub.server.repos[repo].commits[sha].files["trunk.gguf"].size = 1 << 37
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", repo, "--json"], capture_output=True, text=True,
+                       env=hub.env(tmp_path / "hf", TMPDIR=str(tmp)), timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30)))
+    line = one_line(r, 1, "TMPDIR")
+    assert "trunk.gguf" in line and json.loads(r.stdout)["error"]["code"] == "NO_SPACE"
+    assert list(tmp.iterdir()) == []
+
+
 # ----------------------------------------------------------------------------- inspect --source of another family
 
 def _other(family: str) -> str:
