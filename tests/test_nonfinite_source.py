@@ -18,9 +18,10 @@ from tests.checkers import rewrite
 from tests.crash_harness import run_cli
 from tests.test_hostile import tree_state
 from tests.test_reliability import one_line
+from tests.support.families import mlx_trunk, tiny_source
 
 
-def _qwen(variant: str) -> Callable[[Path], Path]:
+def _variant(variant: str) -> Callable[[Path], Path]:
     def build(folder: Path) -> Path:
         from tests.support.synth import build_hf_variant
 
@@ -29,42 +30,17 @@ def _qwen(variant: str) -> Callable[[Path], Path]:
     return build
 
 
-def _builder(module: str, name: str) -> Callable[[Path], Path]:
-    def build(folder: Path) -> Path:
-        import importlib
-
-        return getattr(importlib.import_module(f"tests.support.synth.{module}"), name)(folder)
-
-    return build
-
-
-#: a tiny source of every family (the Qwen3.5 MoE family twice: per-expert and fused experts)
+#: a tiny source of every registered family (the Qwen3.5 MoE family twice: per-expert and fused
+#: experts), from the registry: a family added later is covered without editing this list
 SOURCES: dict[str, Callable[[Path], Path]] = {
-    "qwen3_5": _qwen("qwen3_5"), "qwen3_5_moe": _qwen("qwen3_5_moe"), "qwen3_6_moe": _qwen("qwen3_6_moe"),
-    "qwen3_next": _qwen("qwen3_next"), "glm4_moe": _builder("glm4_moe", "build_glm4_moe"),
-    "glm4_moe_lite": _builder("glm4_moe_lite", "build_glm4_moe_lite"),
-    "nemotron_h": _builder("nemotron_h", "build_nemotron_h"), "step3p5": _builder("step3p5", "build_step3p5"),
-    "deepseek_v3": _builder("deepseek_v3", "build_deepseek_v3"),
-    "deepseek_v32": _builder("deepseek_v32", "build_deepseek_v32"),
-    "glm_moe_dsa": _builder("glm_moe_dsa", "build_glm_moe_dsa"),
-    "hy_v3": _builder("hy_v3", "build_hy_v3"),
-    "mimo_v2_flash": _builder("mimo_v2_flash", "build_mimo_v2_flash"),
-}
+    **{f: (lambda folder, f=f: tiny_source(f, folder)) for f in FAMILIES}, "qwen3_6_moe": _variant("qwen3_6_moe")}
 
-
-def _headless_deepseek_v3(folder: Path) -> Path:
-    from tests.support.synth.deepseek_v3 import build_deepseek_v3
-
-    return build_deepseek_v3(folder, head=False)
-
-
-#: sources whose MLX target mlx_lm.convert makes from a head-less build (its ``deepseek_v3``
-#: sanitize drops the NextN layer only at the release's index, 61)
-MLX_FROM: dict[str, Callable[[Path], Path]] = {"deepseek_v3": _headless_deepseek_v3}
-
-#: where the bad value goes: the head's input projection (a matrix, quantized or copied as is) and
-#: its embedding-side norm (offset added before encoding)
-POISONS = {"nan-in-fc": (Role.FC, float("nan")), "inf-in-norm": (Role.PRE_FC_NORM_EMBEDDING, float("inf"))}
+#: where the bad value goes: the head's input projection (a matrix, quantized or copied as is), its
+#: embedding-side norm (offset added before encoding), and any tensor of the head (``None``: one
+#: drawn per family and format from every tensor the head is written from)
+POISONS: dict[str, tuple[Role | None, float]] = {
+    "nan-in-fc": (Role.FC, float("nan")), "inf-in-norm": (Role.PRE_FC_NORM_EMBEDDING, float("inf")),
+    "nan-anywhere": (None, float("nan")), "inf-anywhere": (None, float("-inf"))}
 
 
 #: the family of each source
@@ -79,37 +55,39 @@ def test_every_family_is_covered() -> None:
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Path]:
     """A family's clean source (``mlx``: its 4-bit MLX conversion), built once per module."""
-    from tests.support.synth import convert_to_mlx
-
     root, built = tmp_path_factory.mktemp("clean"), {}
 
     def get(name: str, mlx: bool = False) -> Path:
         if name not in built:
             built[name] = SOURCES[name](root / name)
         if mlx and (name, mlx) not in built:
-            base = MLX_FROM[name](root / f"{name}-trunk") if name in MLX_FROM else built[name]
-            built[name, mlx] = convert_to_mlx(base, root / f"{name}-mlx", q_bits=4, q_group_size=32)
+            built[name, mlx] = mlx_trunk(FAMILY_OF[name], built[name], root / f"{name}-mlx")
         return built[name, mlx] if mlx else built[name]
 
     return get
 
 
-def _poisoned(src: Path, dst: Path, role: Role, value: float) -> str:
-    """A copy of ``src`` whose head tensor of ``role`` (MTP layer 0) starts with ``value``;
+def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str = "") -> str:
+    """A copy of ``src`` whose head tensor of ``role`` (MTP layer 0; ``None``: one drawn with the
+    seed ``draw`` from every tensor the head is written from) holds ``value`` at a drawn position;
     returns that tensor's key."""
+    import random
     import shutil
 
     shutil.copytree(src, dst)
     config = json.loads((dst / "config.json").read_text())
     spec = FAMILIES[detect_family(config) or ""]
     weight_map = json.loads((dst / "model.safetensors.index.json").read_text())["weight_map"]
-    key = next(k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
-               and spec.role_of(bare) == role)
+    head = [k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
+            and spec.role_of(bare) is not None and not k.endswith("_scale_inv")]
+    rng = random.Random(draw)
+    key = rng.choice(head) if role is None else next(k for k in head if spec.role_of(spec.strip_prefix(k, config) or "") == role)
     shard = dst / weight_map[key]
 
     def poison(t: dict[str, mx.array]) -> dict[str, mx.array]:
         w = t[key].reshape(-1)
-        w = mx.concatenate([mx.array([value], dtype=w.dtype), w[1:]])
+        at = rng.randrange(w.size) if role is None else 0
+        w = mx.concatenate([w[:at], mx.array([value], dtype=w.dtype), w[at + 1:]])
         return dict(t, **{key: w.reshape(t[key].shape)})
 
     rewrite(shard, poison)
@@ -125,9 +103,9 @@ def _refused(args: list[str], root: Path, key: str) -> None:
     assert tree_state(root) == before  # nothing written, nothing left behind
 
 
-#: every family with each poison; every GGUF precision on the first
-GGUF_CASES = [(f, p, "q8_0" if p.startswith("nan") else "bf16") for f in SOURCES for p in POISONS] + \
-    [("qwen3_5", p, "f16") for p in POISONS]
+#: each GGUF output of every family meets one poison: the sibling at each precision and the tail
+GGUF_FORMATS = {"nan-in-fc": "q8_0", "inf-in-norm": "bf16", "nan-anywhere": "f16", "inf-anywhere": "tail"}
+GGUF_CASES = [(f, p, GGUF_FORMATS[p]) for f in SOURCES for p in POISONS]
 
 
 @pytest.mark.parametrize(("family", "poison", "precision"), GGUF_CASES)
@@ -135,15 +113,17 @@ def test_gguf_head_from_a_nonfinite_source_is_refused(family: str, precision: st
     from tests.support.synth.gguf_trunk import synthetic_trunk
 
     src = tmp_path / "src"
-    key = _poisoned(clean(family), src, *POISONS[poison])
+    key = _poisoned(clean(family), src, *POISONS[poison], draw=f"{family}-{poison}-{precision}")
     trunk = synthetic_trunk(src, tmp_path / "gguf" / "Tiny-F32.gguf", name="Tiny")
-    _refused(["--source", str(src), "--target", str(trunk), "--precision", precision], tmp_path / "gguf", key)
+    how = ["--layout", "gguf-tail", "--output", str(tmp_path / "gguf" / "tail.gguf")] if precision == "tail" \
+        else ["--precision", precision]
+    _refused(["--source", str(src), "--target", str(trunk), *how], tmp_path / "gguf", key)
 
 
 #: the families mtpforge writes into MLX folders (the others are refused before any read), each
-#: poison copied as is (bf16) and quantized (match: the target's 4 bits)
-MLX_CASES = [(f, p, "bf16" if p.startswith("nan") else "match") for f in SOURCES if not FAMILIES[FAMILY_OF[f]].gguf_only
-             for p in POISONS] + [("qwen3_5", p, "match" if p.startswith("nan") else "bf16") for p in POISONS]
+#: poison copied as is (bf16) or quantized (match: the target's 4 bits)
+MLX_PRECISION = {"nan-in-fc": "bf16", "inf-in-norm": "match", "nan-anywhere": "match", "inf-anywhere": "bf16"}
+MLX_CASES = [(f, p, MLX_PRECISION[p]) for f in SOURCES if not FAMILIES[FAMILY_OF[f]].gguf_only for p in POISONS]
 
 
 @pytest.mark.parametrize(("family", "poison", "precision"), MLX_CASES)
@@ -152,6 +132,6 @@ def test_mlx_head_from_a_nonfinite_source_is_refused(family: str, poison: str, p
     import shutil
 
     src = tmp_path / "src"
-    key = _poisoned(clean(family), src, *POISONS[poison])
+    key = _poisoned(clean(family), src, *POISONS[poison], draw=f"{family}-{poison}-{precision}")
     target = Path(shutil.copytree(clean(family, True), tmp_path / "mlx"))
     _refused(["--source", str(src), "--target", str(target), "--precision", precision], target, key)

@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from mtpforge.families import FAMILIES
 from tests.checkers import folder_state
 from tests.crash_harness import run_cli
+from tests.support.families import MLX_LAYOUTS, mlx_trunk, tiny_source
 from tests.test_hostile import error_lines
 
-#: the non-Qwen families with an MLX layout, and their tiny checkpoints' builders
-NEW_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h")
+#: every family mtpforge writes into MLX folders, from the registry (a hand-kept list here missed
+#: DeepSeek-V3 when it gained an MLX layout)
+MLX_FAMILIES = tuple(MLX_LAYOUTS)
 
 
 def one_line(r: subprocess.CompletedProcess, code: int, says: str) -> str:
@@ -27,27 +30,20 @@ def one_line(r: subprocess.CompletedProcess, code: int, says: str) -> str:
     return lines[0]
 
 
-def _build(family: str, out: Path) -> Path:
-    if family == "glm4_moe":
-        from tests.support.synth.glm4_moe import build_glm4_moe as build
-    elif family == "glm4_moe_lite":
-        from tests.support.synth.glm4_moe_lite import build_glm4_moe_lite as build
-    else:
-        from tests.support.synth.nemotron_h import build_nemotron_h as build
-    return build(out)
-
-
 @pytest.fixture(scope="module")
-def fam(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
-    """family -> (its tiny Hugging Face checkpoint, that checkpoint converted by mlx_lm.convert)."""
-    from tests.support.synth import convert_to_mlx
-
+def fam(tmp_path_factory: pytest.TempPathFactory):
+    """``fam(family) -> (its tiny Hugging Face checkpoint, its mlx_lm.convert at 4 bits)``, built
+    once, on first use."""
     root = tmp_path_factory.mktemp("families")
-    out = {}
-    for f in NEW_FAMILIES:
-        src = _build(f, root / f"{f}-hf")
-        out[f] = (src, convert_to_mlx(src, root / f"{f}-4bit", q_bits=4, q_group_size=32, dtype="float32"))
-    return out
+    built: dict[str, tuple[Path, Path]] = {}
+
+    def get(family: str) -> tuple[Path, Path]:
+        if family not in built:
+            src = tiny_source(family, root / f"{family}-hf")
+            built[family] = (src, mlx_trunk(family, src, root / f"{family}-4bit"))
+        return built[family]
+
+    return get
 
 
 def _copy(folder: Path, dst: Path) -> Path:
@@ -59,13 +55,13 @@ def _copy(folder: Path, dst: Path) -> Path:
 
 # ----------------------------------------------------------------------------- repair-norms
 
-@pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.parametrize("family", MLX_FAMILIES)
 def test_repair_norms_on_a_head_add_mtp_wrote_has_nothing_to_repair(fam, family: str, tmp_path: Path) -> None:
-    """A head add-mtp wrote for GLM, GLM-Flash or Nemotron-H (raw norms, as stored) needs no
-    repair (it stopped with `internal error: ValueError: min() arg is an empty sequence`), with or
-    without --source: the evidence is exact (mtpforge's record, or the source) and the folder is
-    left as it was."""
-    src, mlx = fam[family]
+    """A head add-mtp wrote, for every family with an MLX layout, needs no repair (GLM, GLM-Flash
+    and Nemotron-H heads, raw norms as stored, stopped with `internal error: ValueError: min()
+    arg is an empty sequence`), with or without --source: the evidence is exact (mtpforge's
+    record, or the source) and the folder is left as it was."""
+    src, mlx = fam(family)
     tgt = _copy(mlx, tmp_path / "t")
     add = run_cli(["add-mtp", "--source", str(src), "--target", str(tgt)])
     assert add.returncode == 0, add.stderr
@@ -80,34 +76,7 @@ def test_repair_norms_on_a_head_add_mtp_wrote_has_nothing_to_repair(fam, family:
 
 
 # ----------------------------------------------------------------------------- remove-mtp
-
-def _mlx_cases() -> list[tuple[str, str]]:
-    from mtpforge.families import FAMILIES
-
-    return [(f, layout) for f in ("qwen3_5", *NEW_FAMILIES) for layout in FAMILIES[f].layouts]
-
-
-def _mlx_pair(fam, synth, family: str) -> tuple[Path, Path]:
-    return (synth.hf("qwen3_5"), synth.target("qwen3_5")) if family == "qwen3_5" else fam[family]
-
-
-@pytest.mark.parametrize("family,layout", _mlx_cases(), ids=lambda v: str(v))
-def test_remove_mtp_after_add_mtp_restores_every_mlx_layout_byte_for_byte(fam, synth, family: str, layout: str,
-                                                                          tmp_path: Path) -> None:
-    """remove-mtp undoes every add-mtp of every family and layout, the card included; a GLM head
-    (a NextN layer under ``model.layers.{N}.``, no ``mtp`` in its keys) was refused as "not the
-    MTP head"."""
-    src, mlx = _mlx_pair(fam, synth, family)
-    tgt = _copy(mlx, tmp_path / "m")
-    pristine = folder_state(tmp_path)
-    add = run_cli(["add-mtp", "--source", str(src), "--target", str(tgt), "--layout", layout, "--json"])
-    assert add.returncode == 0, add.stderr
-    head_folder = Path(json.loads(add.stdout)["manifest"]).parent
-    assert folder_state(tmp_path) != pristine
-    r = run_cli(["remove-mtp", str(head_folder), "--json"])
-    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
-    assert folder_state(tmp_path) == pristine
-
+# (every add-mtp undone byte for byte: tests/test_remove_every_add.py)
 
 def test_a_nextn_record_cannot_make_a_backbone_layer_count_as_the_head(fam, tmp_path: Path) -> None:
     """The NextN prefix comes from the folder's config (N = its layer count), not from the record:
@@ -116,7 +85,7 @@ def test_a_nextn_record_cannot_make_a_backbone_layer_count_as_the_head(fam, tmp_
 
     from tests.checkers import rewrite
 
-    src, mlx = fam["glm4_moe"]
+    src, mlx = fam("glm4_moe")
     tgt = _copy(mlx, tmp_path / "m")
     assert run_cli(["add-mtp", "--source", str(src), "--target", str(tgt)]).returncode == 0
     rewrite(tgt / "mtp.safetensors", lambda t: {k.replace("model.layers.2.", "model.layers.1."): v for k, v in t.items()})
@@ -126,53 +95,6 @@ def test_a_nextn_record_cannot_make_a_backbone_layer_count_as_the_head(fam, tmp_
     before = folder_state(tgt)
     one_line(run_cli(["remove-mtp", str(tgt)]), 1, "not the MTP head")
     assert folder_state(tgt) == before
-
-
-GGUF_PRE = {"glm4_moe": "glm4", "glm4_moe_lite": "glm4", "nemotron_h": "qwen35"}
-
-
-def _gguf_trunk(fam, synth, family: str, dst: Path) -> tuple[Path, Path]:
-    """(source, a trunk of it in ``dst``): Qwen3.5's written with gguf-py, the other families' by
-    llama.cpp's converter (skipped until it is built)."""
-    if family == "qwen3_5":
-        from tests.support.synth.gguf_trunk import synthetic_trunk
-
-        src = synth.hf("qwen3_5")
-        return src, synthetic_trunk(src, dst / "trunk.gguf")
-    from tests import gguf_env
-
-    src = fam[family][0]
-    return src, gguf_env.trunk_copy(src, dst, pre=GGUF_PRE[family], name="trunk.gguf")
-
-
-GGUF_CASES = [(f, layout, card) for f in ("qwen3_5", *NEW_FAMILIES) for layout in ("gguf-mtp", "gguf-tail")
-              for card in ("no-card", "card")]
-
-
-@pytest.mark.parametrize("family,layout,card", GGUF_CASES, ids=lambda v: str(v))
-def test_remove_mtp_after_add_mtp_restores_a_gguf_folder_byte_for_byte(fam, synth, family: str, layout: str, card: str,
-                                                                       tmp_path: Path) -> None:
-    """remove-mtp TRUNK.gguf takes back the sibling head, its record and the card's section
-    (it said the trunk is not a folder); a gguf-tail output is removed by naming it. The folder is
-    then byte for byte as before, a card that existed included."""
-    src, trunk = _gguf_trunk(fam, synth, family, tmp_path / "repo")
-    if card == "card":
-        (trunk.parent / "README.md").write_text("---\nlicense: apache-2.0\n---\n# my model\n")
-    args = ["add-mtp", "--source", str(src), "--target", str(trunk), "--json"]
-    if layout == "gguf-tail":
-        (tmp_path / "tail").mkdir()
-        args += ["--layout", "gguf-tail", "--output", str(tmp_path / "tail" / "t.gguf")]
-    pristine = folder_state(tmp_path)
-    add = run_cli(args)
-    assert add.returncode == 0, add.stderr
-    assert folder_state(tmp_path) != pristine
-    undo = str(tmp_path / "tail" / "t.gguf") if layout == "gguf-tail" else str(trunk)
-    r = run_cli(["remove-mtp", undo, "--json"])
-    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
-    assert folder_state(tmp_path) == pristine
-    # nothing left to undo: one line, exit 1, nothing changed
-    one_line(run_cli(["remove-mtp", str(trunk)]), 1, "no head recorded by mtpforge")
-    assert folder_state(tmp_path) == pristine
 
 
 def test_remove_mtp_gguf_refuses_a_head_changed_since_and_keeps_later_card_edits(synth, tmp_path: Path) -> None:
@@ -435,6 +357,76 @@ def test_two_add_mtp_runs_on_one_trunk_at_once_the_second_is_busy(gguf_reference
     assert _gguf_state(folder) == want
 
 
+def test_two_real_add_mtp_runs_at_the_same_moment_end_consistent(gguf_reference, tmp_path: Path) -> None:
+    """Two add-mtp runs started together on one trunk, at two precisions (one died with `internal
+    error: FileNotFoundError`, or one head's record named a card section the other overwrote):
+    each either writes its head or is BUSY in one line, and the folder ends with a record for
+    every head written, one record owning the card, no temporary file, and remove-mtp brings
+    back the folder byte for byte."""
+    import shutil
+    import sys
+
+    from tests.crash_harness import cli_env
+
+    src, pristine, _ = gguf_reference
+    for attempt in range(1):  # without the lock one attempt fails (FileNotFoundError) every time seen
+        folder = tmp_path / f"g{attempt}"
+        shutil.copytree(pristine, folder)
+        runs = {prec: subprocess.Popen([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(src), "--target",
+                                        str(folder / "trunk.gguf"), "--precision", prec, "--json"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+                for prec in ("f16", "q8_0")}
+        done = {prec: (p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for prec, p in runs.items()}  # type: ignore[union-attr]
+        written = set()
+        for prec, (code, out, err) in done.items():
+            r = subprocess.CompletedProcess([], code, out, err)
+            if code == 0:
+                written.add(prec.upper())
+            else:
+                one_line(r, 1, "another mtpforge run is changing")
+                assert json.loads(out)["error"]["code"] == "BUSY"
+        _consistent(folder)
+        heads = {p.name.split("-")[-1].removesuffix(".gguf") for p in folder.glob("mtp-*.gguf")}
+        records = {p.name.split("-")[-1].removesuffix(".gguf.mtpforge.json") for p in folder.glob("mtp-*.gguf.mtpforge.json")}
+        assert written and heads == records == written, (heads, records, done)
+        card = (folder / "README.md").read_text()
+        assert any(f"-{w}.gguf" in card for w in written), card  # the card describes the head written last
+        owners = [r for r in folder.glob("*.mtpforge.json") if json.loads(r.read_text()).get("model_card")]
+        assert len(owners) == 1, owners  # one record proves the card's change, the first run's
+        assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
+        r = run_cli(["remove-mtp", str(folder / "trunk.gguf")])
+        assert r.returncode == 0 and _gguf_state(folder) == _gguf_state(pristine), r.stderr
+
+
+@pytest.mark.parametrize("stage", [("fsync", 1), ("replace", 1), ("replace", 2), ("replace", 3)],
+                         ids=["writing-the-tail", "renaming-the-tail", "renaming-the-record", "renaming-the-card"])
+def test_a_kill_at_every_stage_of_the_gguf_tail_write_leaves_nothing_half_written(gguf_reference, stage,
+                                                                                  tmp_path: Path) -> None:
+    """The same for a ``gguf-tail`` output (trunk and head in one new file, in its own folder):
+    after a SIGKILL at any stage there is no record without its file, and the next run ends as a
+    clean one, with no temporary file left."""
+    import shutil
+    import sys
+
+    src, pristine, _ = gguf_reference
+    trunk = Path(shutil.copytree(pristine, tmp_path / "g")) / "trunk.gguf"
+    out = tmp_path / "tail"
+    out.mkdir()
+    args = ["add-mtp", "--source", str(src), "--target", str(trunk), "--layout", "gguf-tail", "--output", str(out / "t.gguf")]
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    assert run_cli([*args[:-1], str(clean / "t.gguf")]).returncode == 0
+    what, nth = stage
+    killed = subprocess.run([sys.executable, "-c", _KILLER, str(out), what, str(nth), *args], capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    _consistent(out)
+    assert run_cli(args).returncode == 0
+    assert _gguf_state(out)["t.gguf"] == _gguf_state(clean)["t.gguf"]
+    assert sorted(_gguf_state(out)) == sorted(_gguf_state(clean))
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
 # ----------------------------------------------------------------------------- full disks, modes
 
 @pytest.mark.parametrize("how", ["enospc", "efbig"])
@@ -588,30 +580,114 @@ def test_a_hub_gguf_reporting_two_to_the_fifty_bytes_is_refused_before_any_spars
     assert "token_embd.weight" in g.tensors
 
 
-# ----------------------------------------------------------------------------- inspect --source of another family
+@pytest.mark.parametrize("size", [2**50, 2**63 - 1])
+def test_inspect_of_a_hub_gguf_repo_reporting_an_impossible_size_is_one_line(hub, synth, size: int, tmp_path: Path) -> None:
+    """The same through the CLI and the real huggingface_hub client: a repo whose GGUF the Hub
+    lists at 2^50 bytes (the loopback hub's table says so; the file itself is a real trunk) is
+    CORRUPT_FILE in one line, exit 2, with no request for the file's bytes and no temporary file
+    left (it was `internal error: OSError: [Errno 27] File too large`)."""
+    import os
+    import tempfile
 
-def test_inspect_source_of_another_family_is_an_error_finding(fam, synth, tmp_path: Path) -> None:
-    """A --source of another family proves nothing about a head's norms: SOURCE_MISMATCH, an error
-    (exit 1), for a GGUF head and for a GLM MLX folder (both exited 0, no findings, the GGUF's
-    convention "raw" "from source"); this model's own source still finds nothing."""
     from tests.support.synth.gguf_trunk import synthetic_trunk
 
-    qsrc = synth.hf("qwen3_5")
-    trunk = synthetic_trunk(qsrc, tmp_path / "g" / "trunk.gguf")
-    glm_src, glm_mlx = fam["glm4_moe"]
-    assert run_cli(["add-mtp", "--source", str(qsrc), "--target", str(trunk)]).returncode == 0
-    folder = _copy(glm_mlx, tmp_path / "m")
-    assert run_cli(["add-mtp", "--source", str(glm_src), "--target", str(folder)]).returncode == 0
+    folder = tmp_path / "repo"
+    synthetic_trunk(synth.hf("qwen3_5"), folder / "trunk.gguf")
+    repo, sha = hub.publish(folder)
+    hub.server.repos[repo].commits[sha].files["trunk.gguf"].size = size
+    temp_before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")}
+    r = hub.run("inspect", repo, hf_home=tmp_path / "hf")
+    err = r.assert_one_line_error(2)
+    assert err["code"] == "CORRUPT_FILE" and "trunk.gguf" in err["message"] and "Hub reports" in err["message"], err
+    assert not [e for e in hub.log(repo) if e.file == "trunk.gguf" and e.method == "GET"]
+    assert {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("mtpforge-gguf-")} <= temp_before
+
+
+def test_inspect_of_a_large_hub_gguf_under_a_file_size_limit_is_one_line(hub, synth, tmp_path: Path) -> None:
+    """A plausible 128 GiB Hub GGUF whose header is parsed in a sparse temporary file, with
+    ``ulimit -f`` (or a TMPDIR filesystem) capping files at 1 GiB: NO_SPACE in one line that names
+    TMPDIR, exit 1, no temporary file left (it was `internal error: OSError: [Errno 27]`)."""
+    import resource
+    import sys
+
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    folder = tmp_path / "repo"
+    synthetic_trunk(synth.hf("qwen3_5"), folder / "trunk.gguf")
+    repo, sha = hub.publish(folder)
+    hub.server.repos[repo].commits[sha].files["trunk.gguf"].size = 1 << 37
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", repo, "--json"], capture_output=True, text=True,
+                       env=hub.env(tmp_path / "hf", TMPDIR=str(tmp)), timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30)))
+    line = one_line(r, 1, "TMPDIR")
+    assert "trunk.gguf" in line and json.loads(r.stdout)["error"]["code"] == "NO_SPACE"
+    assert list(tmp.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- inspect --source of another family
+
+def _other(family: str) -> str:
+    """The next registered family after ``family`` whose GGUF architecture differs (cyclic)."""
+    names = list(FAMILIES)
+    i = names.index(family)
+    return next(n for n in names[i + 1:] + names[:i] if FAMILIES[n].gguf_arch != FAMILIES[family].gguf_arch)
+
+
+SOURCE_CASES = [(f, "gguf") for f in FAMILIES] + [(f, "mlx") for f in MLX_FAMILIES]
+
+
+@pytest.mark.parametrize("family,fmt", SOURCE_CASES, ids=lambda v: str(v))
+def test_inspect_source_of_another_family_is_an_error_finding(fam, family: str, fmt: str, tmp_path: Path) -> None:
+    """A --source of another family proves nothing about a head's norms: SOURCE_MISMATCH, an error
+    (exit 1), for every family's GGUF head and raw-norm MLX folder (a GGUF head and a GLM MLX
+    folder exited 0, no findings, the GGUF's convention "raw" "from source"); a zero-centred
+    (Qwen) MLX folder's comparison refuses it in one line; this model's own source raises no such
+    finding. Nothing is written."""
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src, mlx = fam(family) if fmt == "mlx" else (tiny_source(family, tmp_path / "src"), None)
+    other = fam(_other(family))[0] if _other(family) in MLX_FAMILIES else tiny_source(_other(family), tmp_path / "other")
+    target = synthetic_trunk(src, tmp_path / "g" / "trunk.gguf") if mlx is None else _copy(mlx, tmp_path / "m")
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(target)]).returncode == 0
     before = folder_state(tmp_path)
-    for target, other, own in ((trunk, glm_src, qsrc), (folder, qsrc, glm_src)):
-        r = run_cli(["inspect", str(target), "--source", str(other), "--json"])
+    r = run_cli(["inspect", str(target), "--source", str(other), "--json"])
+    if fmt == "mlx" and FAMILIES[family].norm_offset:
+        # a zero-centred family's MLX comparison refuses the source in one line (exit 2), as before
+        one_line(r, 2, "is not this model's original")
+    else:
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         rep = json.loads(r.stdout)
         bad = [f for f in rep["findings"] if f["code"] == "SOURCE_MISMATCH"]
         assert bad and bad[0]["severity"] == "error" and rep["norm_convention_from"] != "source", rep
-        ok = run_cli(["inspect", str(target), "--source", str(own), "--json"])
-        assert ok.returncode == 0 and json.loads(ok.stdout)["findings"] == [], ok.stdout[-2000:]
+    ok = run_cli(["inspect", str(target), "--source", str(src), "--json"])
+    assert "Traceback" not in ok.stderr and "SOURCE_MISMATCH" not in {f["code"] for f in json.loads(ok.stdout)["findings"]}
     assert folder_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("head,pre,other", [("deepseek_v3", "deepseek-v3", "glm4_moe_lite"),
+                                             ("glm4_moe_lite", "glm4", "deepseek_v3")])
+def test_inspect_source_of_another_family_of_the_same_architecture_is_an_error_finding(head: str, pre: str, other: str,
+                                                                                       tmp_path: Path) -> None:
+    """DeepSeek-V3 and GLM-4.7-Flash are both llama.cpp's deepseek2; the trunk's pre-tokenizer
+    (which add-mtp copies into the head) tells them apart. The other one's source is SOURCE_MISMATCH
+    (it was compared tensor by tensor and the convention said to come "from source")."""
+    import gguf
+
+    from mtpforge.gguf.gguffile import KV
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    src, wrong = tiny_source(head, tmp_path / "src"), tiny_source(other, tmp_path / "other")
+    trunk = synthetic_trunk(src, tmp_path / "g" / "trunk.gguf",
+                            kv_edit={"tokenizer.ggml.pre": KV(pre, gguf.GGUFValueType.STRING)})
+    assert run_cli(["add-mtp", "--source", str(src), "--target", str(trunk)]).returncode == 0
+    r = run_cli(["inspect", str(trunk), "--source", str(wrong), "--json"])
+    rep = json.loads(r.stdout)
+    bad = [f for f in rep["findings"] if f["code"] == "SOURCE_MISMATCH"]
+    assert r.returncode == 1 and bad and other in bad[0]["message"] and rep["norm_convention_from"] != "source", rep
+    ok = json.loads(run_cli(["inspect", str(trunk), "--source", str(src), "--json"]).stdout)
+    assert "SOURCE_MISMATCH" not in {f["code"] for f in ok["findings"]} and ok["norm_convention_from"] == "source", ok
 
 
 @pytest.mark.parametrize("files", ["*.safetensors", "*"])

@@ -10,6 +10,7 @@ parses as if it were the whole file.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Callable
 import gguf
 import numpy as np
 
-from ..errors import CorruptFileError, InputError
+from ..errors import CorruptFileError, InputError, RefusedError
 
 #: keys gguf-py's reader invents for the file header; they are not metadata
 _PSEUDO_KEYS = ("GGUF.version", "GGUF.tensor_count", "GGUF.kv_count")
@@ -309,6 +310,18 @@ def header_length(read_range: Callable[[int, int], bytes], size: int) -> tuple[i
     return off, bytes(r.buf), r.requests
 
 
+def _sparse_refused(e: OSError, name: str, size: int, folder: str) -> RefusedError:
+    """The header is parsed in a sparse file of the Hub file's size; a temporary folder whose
+    filesystem (or ``ulimit -f``) caps a file below that size is the user's situation, not a bug
+    (a 128 GiB GGUF under a 1 GiB limit was `internal error: OSError: [Errno 27]`)."""
+    if e.errno not in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT):
+        raise e
+    return RefusedError(f"{name}: its header is read in a sparse temporary file of {size:,} bytes, which "
+                        f"{Path(folder).parent} cannot hold ({errno.errorcode.get(e.errno or 0, e.errno)}); nothing was written",
+                        "set TMPDIR to a folder on a filesystem without that file-size limit (and check ulimit -f)",
+                        code="NO_SPACE")
+
+
 def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -> tuple[GgufFile, int]:
     """Parse a Hub file's header from range reads, never touching tensor data; returns it and
     the bytes read."""
@@ -319,7 +332,10 @@ def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -
     with tempfile.TemporaryDirectory(prefix="mtpforge-gguf-") as d:
         p = Path(d) / "header.gguf"
         with open(p, "wb") as f:
-            f.truncate(size)  # sparse: tensor data is never fetched
+            try:
+                f.truncate(size)  # sparse: tensor data is never fetched
+            except OSError as e:
+                raise _sparse_refused(e, name, size, d) from None
             f.write(head)
         g = _parse(p, name, size)
     if g.data_offset != data_offset:

@@ -20,6 +20,7 @@ from ..findings import Finding, finding
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
+from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
 from .names import SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
@@ -206,10 +207,14 @@ def _norms_from_trunk(head: GgufFile, trunk: GgufFile, family: str) -> tuple[str
 
 def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | None:
     """A --source of another family than the head's proves nothing about its norms: an error
-    finding (it was exit 0, no findings, ``raw`` "from source")."""
+    finding (it was exit 0, no findings, ``raw`` "from source"). Families of one architecture
+    (GLM-4.7-Flash and DeepSeek-V3 are both deepseek2) are told apart by the file's
+    pre-tokenizer, as ``family_of`` does; a file that states none is not judged."""
     mine = family_of(head)
-    if mine is None or FAMILIES[src_family].gguf_arch == head.arch:
+    if mine is None or mine == src_family:
         return None
+    if FAMILIES[src_family].gguf_arch == head.arch and head.get("tokenizer.ggml.pre") is None:
+        return None  # families sharing an architecture (deepseek2) are told apart by the pre-tokenizer only
     return finding("SOURCE_MISMATCH", f"--source {source} is a {src_family} checkpoint, but the head is {mine}'s "
                                       f"({head.arch}): the comparison proves nothing",
                    "pass this model's own original checkpoint as --source", severity="error")
@@ -221,12 +226,13 @@ def _manifest(p: Path) -> GgufManifestFile | None:
 
 
 def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
-    out = []
-    for n, t in g.tensors.items():
-        if block_of(n) in blocks and t.type_name in ("F32", "F16") and t.nbytes <= (1 << 22):
-            if not np.isfinite(tensor_array(g, t)).all():
-                out.append(finding("NONFINITE_WEIGHTS", f"{n} holds NaN or Inf", "re-write the head with mtpforge add-mtp --force"))
-    return out
+    """Every tensor of the MTP blocks, whatever its encoding (F32/F16 under 4 MB only were read:
+    a q8_0 or bf16 head holding NaN had no finding)."""
+    bad = nonfinite_tensors(g, [n for n in g.tensors if block_of(n) in blocks])
+    if not bad:
+        return []
+    return [finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(bad)} head tensor(s): {', '.join(bad[:3])}",
+                    "re-write the head with mtpforge add-mtp --force")]
 
 
 def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
 from .addmtp import MANIFEST_SUFFIX
 from ..families import FAMILIES
+from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local
-from .names import family_of
+from .names import block_of, family_of
 from .server import decode_all, llama_server, require_llama_server
 
 
@@ -33,6 +34,19 @@ def find_mtp_file(trunk: Path) -> Path | None:
         if m is not None and trunk.name in gguf_trunk_files(m):
             return p
     return cands[0] if len(cands) == 1 else None
+
+
+def _refuse_nonfinite(head: GgufFile) -> None:
+    """A head holding NaN or Inf is a failed check before any decoding: llama.cpp drafts with it,
+    the target rejects every draft, and the output stays identical to plain decoding, so the run
+    passed (exit 0) with a damaged head."""
+    blocks = {block_of(n) for n in head.tensors if ".nextn." in n}
+    bad = nonfinite_tensors(head, [n for n in head.tensors if block_of(n) in blocks])
+    if bad:
+        raise RefusedError(f"{head.name}: NaN or Inf in {len(bad)} MTP head tensor(s) ({', '.join(bad[:3])}), "
+                           "so its drafts mean nothing; nothing was decoded",
+                           "re-write the head with mtpforge add-mtp --force from the original source",
+                           code="NONFINITE_WEIGHTS")
 
 
 def verify_gguf(
@@ -52,7 +66,8 @@ def verify_gguf(
                                f"mtpforge add-mtp --source <original Hugging Face repo> --target {tpath}")
         if not mtp_file.is_file():
             raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
-        read_local(mtp_file)
+        head = read_local(mtp_file)
+    _refuse_nonfinite(trunk if own_tail else head)
     binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
     prog = Progress(enabled=progress)
