@@ -248,6 +248,28 @@ def _self_text(bb: Any, encoded: list[list[int]], n: int, length: int, seed: int
     return out
 
 
+def _trunk_states(bb: Any, data: list[mx.array], hidden: str) -> list[tuple[mx.array, mx.array, mx.array, bool]]:
+    """The frozen trunk run once over its own text: (tokens, hidden state fed to the head, what
+    the teacher is computed from, whether that is the post-norm state) per chunk of ``BATCH``
+    sequences. Storing the post-norm state and applying ``lm_head`` per step is exact where the
+    trunk's logits are ``lm_head(norm(x))`` (checked here on the first chunk) and stores H floats a
+    token instead of a vocabulary's; a trunk whose logits are computed otherwise keeps its logits."""
+    out = []
+    exact: bool | None = None
+    for group in data:
+        for i in range(0, group.shape[0], BATCH):
+            batch = group[i:i + BATCH]
+            logits = bb.model(batch)
+            post = bb.tap.seen.post
+            h = bb.tap.seen.pre if hidden == "pre" else post
+            if exact is None:
+                exact = bool(mx.allclose(bb.lm_head(post), logits, rtol=1e-4, atol=1e-4).item())
+            teacher = post if exact else logits
+            mx.eval(h, teacher)
+            out.append((batch, h, teacher, exact))
+    return out
+
+
 def _fit(bb: Any, head: Any, data: list[mx.array], *, steps: int, hidden: str, seed: int) -> None:
     """AdamW on the head's trainable parameters: the cross-entropy of its draft of x[t+2] from
     (H[t], x[t+1]) against the frozen trunk's own distribution of x[t+2]."""
@@ -257,6 +279,7 @@ def _fit(bb: Any, head: Any, data: list[mx.array], *, steps: int, hidden: str, s
 
     from .interrupts import check
 
+    states = _trunk_states(bb, data, hidden)
     opt = optim.AdamW(learning_rate=optim.cosine_decay(LEARNING_RATE, steps, LEARNING_RATE / 10), weight_decay=0.0)
 
     def loss_fn(hd: Any, h: mx.array, e: mx.array, teacher: mx.array) -> mx.array:
@@ -268,14 +291,12 @@ def _fit(bb: Any, head: Any, data: list[mx.array], *, steps: int, hidden: str, s
     head.train()
     for _ in range(steps):
         check()  # a Ctrl-C stops here; nothing has been written
-        group = data[rng.randint(len(data))]
-        batch = group[mx.array(rng.randint(0, group.shape[0], size=BATCH))]
-        logits = bb.model(batch)
-        h = bb.tap.seen.pre if hidden == "pre" else bb.tap.seen.post
-        teacher = mx.softmax(logits[:, 1:].astype(mx.float32), axis=-1)
+        batch, h, t, exact = states[rng.randint(len(states))]
+        rows = mx.array(rng.randint(0, batch.shape[0], size=BATCH))
+        batch, h, t = batch[rows], h[rows], t[rows]
+        teacher = mx.softmax((bb.lm_head(t[:, 1:]) if exact else t[:, 1:]).astype(mx.float32), axis=-1)
         h, e = h[:, :-1], bb.embedding(batch[:, 1:])
-        mx.eval(teacher, h, e)
-        loss, grads = grad(head, h, e, teacher)
+        loss, grads = grad(head, h, e, mx.stop_gradient(teacher))
         grads, _ = optim.clip_grad_norm(grads, 1.0)
         opt.update(head, grads)
         mx.eval(head.parameters(), opt.state, loss)
