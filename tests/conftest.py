@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 #: minutes on a fresh machine; CI (MTPFORGE_CI=1) and MTPFORGE_FULL=1 run them.
 LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.py", "tests/test_norm_truth_families.py",
                          "tests/conformance/", "tests/test_crash_safety.py", "tests/test_action.py",
-                         "tests/test_soak_samples.py")
+                         "tests/test_soak_samples.py", "tests/test_align_measured.py")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -185,6 +185,6 @@ def test_help_lists_the_real_choices() -> None:
     for vals in (Q_MODES, DTYPES, QUANT_RECIPES, FOLDER_LAYOUTS, MLX_PRECISIONS, choices("experts")):
         assert "|".join(vals) in conv, vals
     assert "gguf" not in conv and "fetch" not in conv  # what convert cannot write or use is not offered
-    for cmd in ("inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "verify", "run", "demo"):
+    for cmd in ("inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "align", "verify", "run", "demo"):
         assert "text|json|github" in help_of(cmd).replace(" ", ""), cmd
     assert "|".join(("recipe", *OUTPUT_NAMES)) in help_of("schema")
