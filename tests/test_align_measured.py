@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from mtpforge.community import convert_to_mlx
+from mtpforge.output_schema import OUTPUTS
 from mtpforge.pipeline import add_mtp, remove_mtp
 from mtpforge.verify import verify
 from tests.checkers import folder_state
 
 MODEL = Path(__file__).resolve().parent.parent / "mtpforge" / "data" / "tiny-qwen3_5"
-#: measured: 54.0% -> 93.4% (30 steps); the gain asserted is well under that and far above noise
+#: measured: 54.0% -> 93.4% (30 steps on 32 sequences of 48 tokens); the gain asserted is well under that and far above noise
 #: (one drafted token of verify's ~90 is 1.1 points)
 MIN_GAIN = 0.15
 KEYS = {"target", "head_folder", "family", "layout", "dry_run", "status", "train_steps", "seed", "before", "after",
@@ -43,10 +44,12 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_align_wins_back_what_a_2bit_trunk_costs_and_output_stays_identical(target: Path) -> None:
     before_state = folder_state(target.parent)
-    r = cli(str(target), "--steps", "30", "--json")
+    r = cli(str(target), "--steps", "30", "--sequences", "32", "--length", "48", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert KEYS <= set(out), KEYS - set(out)
+    OUTPUTS["align"].model_validate(out)
+    assert not any(mark in r.stderr for mark in ("•", "✓")), r.stderr  # --json: no progress
     assert out["status"] == "aligned" and out["after"]["identical"] is True and not out["problems"]
     print(f"[align] 2-bit trunk: {out['before']['acceptance']:.1%} -> {out['after']['acceptance']:.1%} "
           f"({out['text_seconds']} s text, {out['train_seconds']} s steps)")
@@ -64,7 +67,7 @@ def test_align_wins_back_what_a_2bit_trunk_costs_and_output_stays_identical(targ
 
     # a second run starts from the aligned head; whatever it measures, a dry run writes nothing
     state = folder_state(target.parent)
-    dry = json.loads(cli(str(target), "--steps", "2", "--dry-run", "--json").stdout)
+    dry = json.loads(cli(str(target), "--steps", "2", "--sequences", "4", "--length", "8", "--dry-run", "--json").stdout)
     assert dry["status"] in ("planned", "not-improved") and dry["files_written"] == []
     assert dry["before"]["acceptance"] == pytest.approx(out["after"]["acceptance"], abs=1e-4)
     assert folder_state(target.parent) == state
