@@ -173,7 +173,7 @@ def _align(folder: Path, *, steps: int, prompts: Sequence[str] | None, seed: int
         prog.done(f"acceptance {before.acceptance:.1%} -> {after.acceptance:.1%}: the head was left as it was")
         return report
     if dry_run:
-        report.update(status="planned", files_written=[], seconds=round(time.perf_counter() - t_start, 1))
+        report.update(status="planned", files_written=[], seconds=round(time.perf_counter() - t_start, 1), exit_code=0)
         prog.done(f"acceptance {before.acceptance:.1%} -> {after.acceptance:.1%}: would write the aligned head")
         return report
     patches = _patches(loc, new, changed)
@@ -371,7 +371,7 @@ def _write(head_folder: Path, loc: Any, patches: dict[str, list[tuple[int, bytes
         stage.write_bytes(MANIFEST, dump_json(manifest))
         prog.step("committing")
         stage.commit()
-    report["status"] = "aligned"
+    report.update(status="aligned", exit_code=0)
 
 
 def _manifest(stage: Path, folder: Path, changed: set[str], report: dict[str, Any], before: Measured, after: Measured,
