@@ -121,7 +121,7 @@ def _align(folder: Path, *, steps: int, prompts: Sequence[str] | None, seed: int
     if set(loc.entries) != set(hw.tensors):
         raise RefusedError(f"the head in {head_folder} is stored in a form align cannot write back in place "
                            f"({hw.layout} layout, experts stored per expert): nothing was changed",
-                           f"re-add the head with `mtpforge add-mtp --force` (switch_mlp experts), then align")
+                           "re-add the head with `mtpforge add-mtp --experts switch_mlp --force`, then align")
     _read_old_manifest(head_folder)  # a record that cannot be kept is refused before any work
     prog.step("loading the backbone with mlx-lm")
     bb, head = _load(folder, hw)
