@@ -345,6 +345,30 @@ def repair_norms_cmd(
                 as_json=as_json, debug=debug, render=render_repair, fmt=fmt, command="repair-norms")
 
 
+@app.command("align", short_help="Re-fit the head to its own quantized trunk; keep it only if acceptance rises.")
+def align_cmd(
+    target: str = typer.Argument(..., help="MLX model folder with an MTP head (MLX only for now)."),
+    steps: int = typer.Option(150, "--steps", min=1, help="Fine-tuning steps (AdamW, batch 16)."),
+    prompt: Optional[List[str]] = typer.Option(
+        None, "--prompt", help="Prompt (repeatable) the trunk continues for its training text and acceptance is measured on; default: verify's."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Tokens per prompt when measuring acceptance (as verify --generate)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the trunk's sampled text and the batches (0 to 2^32-1)."),
+    sequences: int = typer.Option(256, "--sequences", min=1, help="Sequences the trunk writes for its own training text."),
+    length: int = typer.Option(96, "--length", min=2, help="New tokens in each of those sequences."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Fine-tune and measure, write nothing."),
+    as_json: bool = JsonOpt,
+    fmt: OutputFormat = FormatOpt,
+    debug: bool = DebugOpt,
+) -> None:
+    """Fine-tune the MTP head alone on the folder's own (quantized) trunk; write it only if acceptance rises."""
+    from .align import align
+    from .render import render_align
+
+    run_command(lambda: align(target, steps=steps, prompts=prompt or None, max_tokens=max_tokens, seed=seed,
+                              sequences=sequences, length=length, dry_run=dry_run, progress=not _machine(as_json, fmt)),
+                as_json=as_json, debug=debug, render=render_align, fmt=fmt, command="align")
+
+
 @app.command("verify", short_help="Decode with the head: identity, acceptance, speed.")
 def verify_cmd(
     target: str = typer.Argument(..., help="MLX model folder with an MTP head, or a llama.cpp .gguf trunk."),

@@ -103,6 +103,12 @@ def section(manifest: dict[str, Any], text: tuple[str, str] | None = None) -> st
         rows.append(("verify", f"acceptance {v.get('acceptance', 0):.1%} at depth {v.get('depth')} "
                                f"(by position: {by_pos}; {v.get('hidden_state')}-norm hidden state), "
                                f"output identical to plain greedy: {v.get('identical')}, measured {v.get('measured_at')}"))
+    al = manifest.get("aligned")
+    if isinstance(al, list) and al and isinstance(al[-1], dict):
+        a = al[-1]
+        rows.append(("aligned", f"re-fitted to this folder's own trunk by `mtpforge align` ({a.get('steps')} steps): "
+                                f"acceptance {a.get('acceptance_before', 0):.1%} -> {a.get('acceptance_after', 0):.1%}, "
+                                f"{a.get('at')}"))
     lines = [BEGIN, "## MTP head", "",
              f"This folder carries the multi-token-prediction (MTP) head of {where}{at}, put back with "
              f"mtpforge {manifest.get('mtpforge_version', '')} after conversion dropped it.".replace("  ", " "), "",

@@ -114,6 +114,37 @@ class ConvertOutput(_Out):
     findings: List[Finding]
 
 
+class AlignMeasure(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    acceptance: float = Field(description="verify --generate's acceptance (greedy, depth 1) of the better hidden variant.")
+    hidden: Literal["pre", "post"]
+    hidden_variants: Dict[str, float]
+    identical: bool = Field(description="MTP output equals plain greedy decoding on every prompt and variant.")
+
+
+class AlignOutput(_Out):
+    target: str
+    head_folder: str
+    family: str
+    layout: str
+    dry_run: bool
+    status: Literal["aligned", "planned", "not-improved", "not-written"] = Field(
+        description="aligned: written; planned: --dry-run, would be written; not-improved / not-written: the folder is unchanged.")
+    train_steps: int = Field(description="--steps: the fine-tuning steps run.")
+    seed: int
+    before: AlignMeasure
+    after: AlignMeasure
+    gain: float = Field(description="after minus before acceptance (a fraction).")
+    trained_tensors: int
+    changed_tensors: int
+    requantized_modules: List[str]
+    files_written: List[str]
+    text_seconds: float
+    train_seconds: float
+    seconds: float
+    problems: List[str]
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str
@@ -127,7 +158,7 @@ class ErrorOutput(_Out):
 #: ``schema --output NAME`` -> the model of that command's ``--json`` object
 OUTPUTS: dict[str, type[_Out]] = {
     "inspect": InspectOutput, "add-mtp": AddMtpOutput, "verify": VerifyOutput, "run": RunOutput,
-    "convert": ConvertOutput, "error": ErrorOutput,
+    "convert": ConvertOutput, "align": AlignOutput, "error": ErrorOutput,
 }
 
 

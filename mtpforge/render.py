@@ -199,6 +199,24 @@ def render_repair(r: dict[str, Any], console: Console) -> None:
         console.print(f"  {k}: {o}")
 
 
+def render_align(r: dict[str, Any], console: Console) -> None:
+    b, a = r["before"]["acceptance"], r["after"]["acceptance"]
+    said = {"aligned": "[bold green]✓[/bold green] aligned head written", "planned": "would write the aligned head (--dry-run)",
+            "not-improved": "not improved: the head was left as it was",
+            "not-written": "[red]not written[/red]: the head was left as it was"}.get(r.get("status"), str(r.get("status")))
+    console.print(f"{said} ({escape(r['head_folder'])})", soft_wrap=True)
+    rows = [("acceptance", f"{b:.1%} -> {a:.1%} ({r['gain'] * 100:+.1f} points, {r['after']['hidden']}-norm hidden)"),
+            ("output identical", str(r["after"]["identical"])),
+            ("fine-tune", f"{r['train_steps']} steps on {r['sequences']} sequences of {r['length']} tokens the trunk wrote"),
+            ("tensors changed", str(r.get("changed_tensors", 0))),
+            ("time", f"{r.get('text_seconds', 0)} s text + {r.get('train_seconds', 0)} s steps ({r.get('seconds', 0)} s in all)")]
+    if r.get("requantized_modules"):
+        rows.append(("re-quantized", ", ".join(r["requantized_modules"])))
+    print_rows(rows, console)
+    for p in r.get("problems", []):
+        console.print(f"[red]problem:[/red] {escape(p)}", soft_wrap=True)
+
+
 def render_convert(r: dict[str, Any], console: Console) -> None:
     q = (r.get("quantization") or {}).get("default")
     rows = [("source", r["source"]), ("mlx path", r["mlx_path"]), ("revision", r.get("revision") or "local"),

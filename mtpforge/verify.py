@@ -103,6 +103,13 @@ def verify(
         baseline_tokens=sum(len(r.tokens) for r in plain),
     )
     _judge(report, min_acceptance)
+    if greedy and report["identical"]:
+        from .checks.trunk_cost import align_note
+
+        note = align_note(folder, hw.family, hw.quant, report["acceptance"])
+        if note is not None:  # advice, not a failure: the head is what it is on this trunk
+            report["notes"].append(note)
+            report["advice"] = "align"
     if record:
         _record(report, hw.folder, loaded_manifest)
     (prog.done if report["ok"] else prog.step)(

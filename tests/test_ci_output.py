@@ -113,7 +113,7 @@ def test_step_summary_tables_the_findings(make_target: Any, tmp_path: Path) -> N
 def test_schema_command_publishes_each_output_and_keeps_the_recipe_default() -> None:
     assert json.loads(cli("schema").stdout) == recipe_schema()
     assert json.loads(cli("schema", "--output", "recipe").stdout) == recipe_schema()
-    for name in ("inspect", "add-mtp", "verify", "run", "convert", "error"):
+    for name in ("inspect", "add-mtp", "verify", "run", "convert", "align", "error"):
         s = json.loads(cli("schema", "--output", name).stdout)
         assert s == output_schema(name) and s["properties"]["schema_version"]["const"] == SCHEMA_VERSION
     bad = cli("schema", "--output", "nope")
@@ -185,6 +185,6 @@ def test_help_lists_the_real_choices() -> None:
     for vals in (Q_MODES, DTYPES, QUANT_RECIPES, FOLDER_LAYOUTS, MLX_PRECISIONS, choices("experts")):
         assert "|".join(vals) in conv, vals
     assert "gguf" not in conv and "fetch" not in conv  # what convert cannot write or use is not offered
-    for cmd in ("inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "verify", "run", "demo"):
+    for cmd in ("inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "align", "verify", "run", "demo"):
         assert "text|json|github" in help_of(cmd).replace(" ", ""), cmd
     assert "|".join(("recipe", *OUTPUT_NAMES)) in help_of("schema")

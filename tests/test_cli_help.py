@@ -27,7 +27,7 @@ def _help(args: list[str], width: int) -> str:
 
 
 def test_every_command_is_checked() -> None:
-    assert {"inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "verify", "run", "schema", "demo",
+    assert {"inspect", "add-mtp", "convert", "remove-mtp", "repair-norms", "align", "verify", "run", "schema", "demo",
             "env"} <= set(COMMANDS)
 
 

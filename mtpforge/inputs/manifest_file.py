@@ -100,6 +100,7 @@ class ManifestFile(_Rec):
     model_card: Optional[CardRec] = Field(None, description="an object {\"file\", \"separator\", \"section_sha256\"}")
     verify: Optional[VerifyRec] = Field(None, description="the measurement verify --record wrote")
     repairs: Optional[list[dict[str, Any]]] = Field(None, description="a list of repair records")
+    aligned: Optional[list[dict[str, Any]]] = Field(None, description="a list of align records")
 
 
 class GgufTrunkRec(_Rec):
