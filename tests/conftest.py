@@ -43,6 +43,8 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.py", "tests/test_norm_truth_families.py",
                          "tests/conformance/", "tests/test_crash_safety.py", "tests/test_action.py",
                          "tests/test_soak_samples.py", "tests/test_remove_every_add.py", "tests/test_align_measured.py",
+                         "tests/test_nonfinite_source.py::test_every_family_",
+                         "tests/test_reliability_gguf.py::test_every_family_",
                          # mlx-vlm's own decode loop, plain and drafting, on the tiny Qwen3.8-Flash-Next
                          "tests/test_family_qwen4_exp.py::test_mlx_vlm_drafts",
                          "tests/test_family_qwen4_exp.py::test_the_bf16_drafter")
