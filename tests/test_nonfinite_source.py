@@ -49,6 +49,7 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     "glm_moe_dsa": _builder("glm_moe_dsa", "build_glm_moe_dsa"),
     "hy_v3": _builder("hy_v3", "build_hy_v3"),
     "mimo_v2_flash": _builder("mimo_v2_flash", "build_mimo_v2_flash"),
+    "deepseek_v4": _builder("deepseek_v4", "build_deepseek_v4_bf16"),
 }
 
 
@@ -103,6 +104,9 @@ def _poisoned(src: Path, dst: Path, role: Role, value: float) -> str:
     config = json.loads((dst / "config.json").read_text())
     spec = FAMILIES[detect_family(config) or ""]
     weight_map = json.loads((dst / "model.safetensors.index.json").read_text())["weight_map"]
+    # a head stored in parts that llama.cpp reads fused (DeepSeek-V4's fc: e_proj | h_proj): its first part
+    role = next((parts[0] for whole, parts in spec.gguf_fused.items() if whole == role and not any(
+        r.role == role for r in spec.rows())), role)
     key = next(k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
                and spec.role_of(bare) == role)
     shard = dst / weight_map[key]

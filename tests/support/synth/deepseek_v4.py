@@ -188,13 +188,39 @@ def fp8_e8m0(w: np.ndarray) -> tuple[bytes, np.ndarray]:
 
 def fp4_packed(name: str, shape: tuple[int, int], seed: int) -> tuple[bytes, bytes]:
     """A routed expert as the release packs it: random e2m1 codes (two a byte, element 2i in the
-    low nibble) and one E8M0 exponent per 32 values (around 2^-3, so values stay O(1))."""
+    low nibble) and one E8M0 exponent per 32 values (around 2^-3, so values stay O(1); the down
+    projection's around 2^-16, so the experts add little to the residual: ``_drafting``)."""
     r = _rng(seed, name)
     o, i = shape
     codes = r.integers(0, 16, size=(o, i), dtype=np.uint8)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-    exps = r.integers(123, 127, size=(o, i // FP4_GROUP), dtype=np.uint8)
+    low = 110 if name.endswith(".w2") else 123
+    exps = r.integers(low, low + 4, size=(o, i // FP4_GROUP), dtype=np.uint8)
     return packed.tobytes(), exps.tobytes()
+
+
+def _drafting(name: str, w: np.ndarray, seed: int) -> np.ndarray:
+    """Values that make the MTP layer draft: sublayer outputs are small (``wo_b``, the shared
+    expert's ``w2``), so every residual stream stays mostly the input embedding and the trunk's
+    next token is nearly a function of the current one; the head reads the embedding half
+    (``e_proj`` the identity plus noise, ``h_proj`` small), reduces its streams and normalizes as
+    the trunk does (the trunk's ``hc_head_*`` and ``norm``), so it predicts that function of
+    token t+1, i.e. token t+2. A head whose halves were swapped would not (a random head is
+    accepted nowhere, so it shows neither)."""
+    if name.endswith(("attn.wo_b.weight", "shared_experts.w2.weight")):
+        return w * np.float32(0.01)
+    if not name.startswith("mtp."):
+        return w
+    bare = name.split(".", 2)[2]
+    if bare == "enorm.weight":
+        return np.ones_like(w)
+    if bare == "e_proj.weight":
+        return (np.eye(w.shape[0], dtype=np.float32) + np.float32(0.01) * w).astype(np.float32)
+    if bare == "h_proj.weight":
+        return w * np.float32(0.01)
+    if bare in ("norm.weight", "hc_head_fn", "hc_head_base", "hc_head_scale"):
+        return _draw(bare, w.shape, seed)  # the trunk's own
+    return w
 
 
 def _tensors(c: dict[str, Any], seed: int, dense: str) -> dict[str, tuple[str, list[int], bytes]]:
@@ -220,7 +246,7 @@ def _tensors(c: dict[str, Any], seed: int, dense: str) -> dict[str, tuple[str, l
                 out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
                 out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
     for name, shape in floats.items():
-        w = _draw(name, shape, seed)
+        w = _drafting(name, _draw(name, shape, seed), seed)
         if dense == "fp8" and name.endswith(FP8_SUFFIXES):
             codes, exps = fp8_e8m0(w)
             out[name] = ("F8_E4M3", list(shape), codes)
@@ -266,9 +292,15 @@ def build_deepseek_v4(out_dir: str | Path, *, seed: int = 0, dense: str = "fp8",
     return out
 
 
+def build_deepseek_v4_bf16(out_dir: str | Path, **kwargs: Any) -> Path:
+    """The tiny checkpoint with bf16 dense projections (its experts FP4, as llama.cpp's converter
+    reads them only so): the variant whose values a test can edit in place."""
+    return build_deepseek_v4(out_dir, dense="bf16", **kwargs)
+
+
 def head_keys(folder: Path) -> list[str]:
     """The source keys of the MTP head (``mtp.*``)."""
     return sorted(k for k in json.loads((folder / INDEX).read_text())["weight_map"] if k.startswith("mtp."))
 
 
-__all__ = ["CONFIG", "build_deepseek_v4", "head_keys", "tiny_config"]
+__all__ = ["CONFIG", "build_deepseek_v4", "build_deepseek_v4_bf16", "head_keys", "tiny_config"]
