@@ -276,3 +276,23 @@ def test_the_drafting_comparison_sees_a_misread_block(src: Path, tmp_path: Path)
     texts = gguf_env.prompts()[:4]
     good, wrong = gguf_env.measure(trunk, draft=ours, texts=texts), gguf_env.measure(trunk, draft=bad, texts=texts)
     assert good["acceptance"] > 0.5 and wrong["acceptance"] < good["acceptance"] / 4, (good, wrong)
+
+
+def test_an_fp4_expert_with_a_nan_exponent_is_refused(src: Path, tmp_path: Path) -> None:
+    """E8M0's 255 stands for NaN: an expert whose exponents hold it is refused in one line
+    (``SOURCE_NONFINITE``) though its bytes are only moved, never dequantized; nothing written."""
+    import shutil
+
+    bad = tmp_path / "src"
+    shutil.copytree(src, bad)
+    entries, _ = _entries(bad)
+    info = entries["mtp.0.ffn.experts.1.w2.scale"]
+    with open(bad / info.file, "r+b") as f:
+        f.seek(info.begin)
+        f.write(b"\xff")
+    trunk = _trunk(src, tmp_path / "t", "f32")
+    r = mtpforge("add-mtp", "--source", str(bad), "--target", str(trunk), "--json")
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 1 and "mtp.0.ffn.experts.1.w2" in line and "NaN" in line, r.stderr
+    assert json.loads(r.stdout)["error"]["code"] == "SOURCE_NONFINITE"
+    assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
