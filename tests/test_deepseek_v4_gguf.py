@@ -296,3 +296,30 @@ def test_an_fp4_expert_with_a_nan_exponent_is_refused(src: Path, tmp_path: Path)
     assert r.returncode == 1 and "mtp.0.ffn.experts.1.w2" in line and "NaN" in line, r.stderr
     assert json.loads(r.stdout)["error"]["code"] == "SOURCE_NONFINITE"
     assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
+
+
+def test_inspect_verify_and_remove_mtp_speak_of_the_deepseek_v4_head(src: Path, tmp_path: Path) -> None:
+    """inspect finds the head-less trunk and names DeepSeek-V4's release; after add-mtp it finds a
+    clean head with raw norms (the ``e_proj`` / ``h_proj`` pair expected as one ``eh_proj``);
+    the release itself is a source, its E8M0 ``.scale`` tensors part of their weights' modules;
+    verify decodes identically with the head through llama-server; remove-mtp leaves the trunk as
+    the converter wrote it."""
+    trunk = _trunk(src, tmp_path, "f32")
+    before = gguf_env.sha256(trunk)
+    code, rep = judged.inspect_json(trunk)
+    (f,) = rep["findings"]
+    assert rep["family"] == "deepseek_v4" and f["code"] == "MTP_HEAD_MISSING" and str(trunk) in f["fix"]
+    assert "deepseek-ai/DeepSeek-V4-Flash" in f["fix"]
+    judged.add_mtp(trunk, src)
+    code, rep = judged.inspect_json(trunk, "--source", str(src))
+    assert code == 0 and rep["findings"] == [] and rep["layout"] == "gguf-mtp" and rep["norm_convention"] == "raw"
+    assert rep["mtp_tensors"] == BLOCK and rep["expert_format"] == "stacked"
+    code, rep = judged.inspect_json(src)
+    assert {f["code"] for f in rep["findings"]} <= {"HF_SOURCE_CHECKPOINT", "EOS_PAD_INCONSISTENT"}, rep["findings"]
+    if (gguf_env.BIN / "llama-server").is_file():
+        r = mtpforge("verify", str(trunk), "--json", "--max-tokens", "16", "--prompt", "Count: 3, 4, 5, 6, 7, 8.")
+        v = json.loads(r.stdout)
+        assert r.returncode == 0 and v["identical"] is True and v["drafted"] > 0, r.stderr
+    r = mtpforge("remove-mtp", str(trunk), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
+    assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name] and gguf_env.sha256(trunk) == before

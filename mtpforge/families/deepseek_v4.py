@@ -165,7 +165,7 @@ DEEPSEEK_V4 = FamilySpec(
     dim_keys=DIM_KEYS,
     topology=Topology(),
     example_repo="deepseek-ai/DeepSeek-V4-Flash",
-    mlx_drafted_by="mlx-vlm's drafter deepseek_v4_mtp and MTPLX's deepseek-v4-mtp read it from the release "
+    mlx_drafted_by="mlx-vlm's deepseek_v4_mtp and MTPLX's deepseek-v4-mtp read it from the release "
                    "(docs/families/deepseek_v4.md)",
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=backbone_marker("layers.", RAW_MARKERS),

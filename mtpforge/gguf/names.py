@@ -248,6 +248,11 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
             else:
                 want[names[role]] = tuple(dims[s] for s in shape)
     for fused, parts in spec.gguf_fused.items():
-        shapes = [want.pop(names[p]) for p in parts]
-        want[names[fused]] = (sum(s[0] for s in shapes), *shapes[0][1:])
+        # a part llama.cpp never names on its own (DeepSeek-V4's e_proj / h_proj) has its row's shape
+        shapes = [want.pop(names[p]) if p in names and names[p] in want else tuple(dims[s] for s in spec.row(p).shape)
+                  for p in parts]
+        if fused in spec.gguf_fused_columns:
+            want[names[fused]] = (shapes[0][0], sum(s[-1] for s in shapes))
+        else:
+            want[names[fused]] = (sum(s[0] for s in shapes), *shapes[0][1:])
     return want, maybe
