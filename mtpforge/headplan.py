@@ -23,10 +23,29 @@ from .families.spec import FamilySpec, Role
 from .families.tables import declared_mtp_layers, mtp_layers_of
 from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.fp8 import BLOCK as FP8_BLOCK
-from .passes.fp8 import dequantize_block_fp8
+from .passes.fp8 import dequantize_block_fp8, e8m0_to_float
 
-#: the suffix a block-FP8 weight's scale tensor carries
+#: the suffix a block-FP8 weight's scale tensor carries (DeepSeek-V3, Qwen: F32 ``weight_scale_inv``)
 SCALE_SUFFIX = "_scale_inv"
+
+
+def scale_key(key: str) -> tuple[str, str]:
+    """The names a block-scaled weight's scale may have: ``<key>_scale_inv`` (F32 scales) and,
+    DeepSeek-V4's spelling, the module's ``.scale`` (``<module>.weight`` -> ``<module>.scale``,
+    E8M0 exponents)."""
+    return key + SCALE_SUFFIX, key.removesuffix(".weight") + ".scale"
+
+
+def scale_of(key: str, entries: Mapping[str, TensorInfo]) -> Optional[str]:
+    """The scale tensor of a block-scaled source weight, if the source has one."""
+    return next((k for k in scale_key(key) if k != key and k in entries), None)
+
+
+def is_scale(key: str, entries: Mapping[str, TensorInfo]) -> bool:
+    """A block scale of another source tensor (read with its weight, never a head tensor itself)."""
+    if key.endswith(SCALE_SUFFIX):
+        return True
+    return key.endswith(".scale") and key.removesuffix(".scale") + ".weight" in entries
 
 
 @dataclass(frozen=True)
@@ -83,7 +102,7 @@ def head_parts(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_
     skip = frozenset(skip_roles)
     stacked_layers: set[int] = set()
     for bare in sorted(entries):
-        if bare.endswith(SCALE_SUFFIX) or spec.role_of(bare) in skip:
+        if is_scale(bare, entries) or spec.role_of(bare) in skip:
             continue
         info = entries[bare]
         parsed = parse_expert_key(bare, spec)
@@ -132,9 +151,9 @@ def refuse_misfit(source: Mapping[str, Optional[int]], target: Mapping[str, Opti
 
 
 def fetch_list(slices: Iterable[SliceRef], entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
-    """Every source tensor the slices read, with the block-FP8 scales they need."""
+    """Every source tensor the slices read, with the block scales they need."""
     keys = {s.src for s in slices}
-    keys |= {k + SCALE_SUFFIX for k in keys if k + SCALE_SUFFIX in entries}
+    keys |= {sk for k in keys if (sk := scale_of(k, entries)) is not None}
     return [entries[k] for k in sorted(keys)]
 
 
@@ -175,11 +194,14 @@ def refuse_nonfinite(name: str, w: mx.array) -> None:
 
 
 def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[TensorInfo, int, int], bytes]) -> mx.array | None:
-    """The block scale of a block-FP8 source tensor (None for a float one)."""
-    sinfo = entries.get(src + SCALE_SUFFIX)
-    if entries[src].dtype != "F8_E4M3" or sinfo is None:
+    """The block scale of a block-FP8 source tensor as float32 (None for a float one): F32 as
+    stored, or E8M0 exponents (DeepSeek-V4's ue8m0 scales) as the exact powers of two they name."""
+    key = scale_of(src, entries)
+    if entries[src].dtype != "F8_E4M3" or key is None:
         return None
-    return to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
+    sinfo = entries[key]
+    s = to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
+    return e8m0_to_float(s) if sinfo.dtype == "F8_E8M0" else s
 
 
 #: Source bytes converted per step. A large 2-D slice (q_proj of a 2048-wide head is 32 MiB in
@@ -280,5 +302,5 @@ def parse_precision(precision: str | int | None, *, gguf: bool = False) -> str |
     raise InputError(f"--precision must be match, bf16, float16 or a number of bits, not {precision!r}", "e.g. --precision 4")
 
 
-__all__ = ["FIT_DIMS", "HeadPart", "SliceRef", "decode", "fetch_list", "head_parts", "mtp_layer_count",
+__all__ = ["is_scale", "scale_of", "FIT_DIMS", "HeadPart", "SliceRef", "decode", "fetch_list", "head_parts", "mtp_layer_count",
            "parse_precision", "precision_note", "peak_memory_estimate", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]

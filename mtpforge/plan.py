@@ -15,7 +15,7 @@ from .errors import CorruptFileError, InputError, RefusedError, unknown_choice
 from .families import FAMILIES
 from .families.spec import STACKED, UNCAST_ROLES, FamilySpec
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
-from .headplan import (SliceRef, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
+from .headplan import (SliceRef, is_scale, scale_of, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
                        peak_memory_estimate as _peak, refuse_misfit)
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
@@ -178,7 +178,7 @@ def validate_source_head(
     if fmt == STACKED:
         raise RefusedError(f"the source's MTP experts are already stacked ({STACKED}): it is not an original Hugging Face checkpoint",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-35B-A3B) as --source")
-    weights = {k: v for k, v in entries.items() if not k.endswith("_scale_inv")}
+    weights = {k: v for k, v in entries.items() if not is_scale(k, entries)}
     spec = family_spec(src_config)
     if n_layers > 1 and spec.one_step:
         raise RefusedError(f"the source's config declares {n_layers} MTP layers; a {spec.name} head is one MTP step "
@@ -194,18 +194,40 @@ def validate_source_head(
         if tuple(weights[k].shape) != shp:
             raise RefusedError(f"source tensor {spec.head_prefix(src_config)}{k} has shape {list(weights[k].shape)}, its config implies {list(shp)}",
                                "check that --source is the original Hugging Face checkpoint of this model")
+        if weights[k].dtype in FP4_DTYPES and spec.gguf_type_of is not None and k.endswith(".weight"):
+            _check_fp4(weights[k], entries.get(k.removesuffix(".weight") + ".scale"))
+            continue
         if weights[k].dtype not in FLOAT_SOURCE_DTYPES and weights[k].dtype != "F8_E4M3":
             raise RefusedError(
                 f"source tensor {spec.head_prefix(src_config)}{k} is {weights[k].dtype}; mtpforge converts bf16/fp16/fp32 and block-FP8 sources",
                 "use the bf16 release of the model as --source (NVFP4/AWQ/GPTQ sources are not supported)",
             )
         if weights[k].dtype == "F8_E4M3":
-            _check_fp8(weights[k], entries.get(f"{k}_scale_inv"))
+            sk = scale_of(k, entries)
+            _check_fp8(weights[k], entries.get(sk) if sk else None)
     return fmt
 
 
-#: source dtypes a block-FP8 scale may have
+#: source dtypes a block-FP8 scale may have: ``weight_scale_inv`` a float, ``.scale`` (DeepSeek-V4)
+#: an E8M0 power-of-two exponent
 FP8_SCALE_DTYPES = ("F32", "BF16", "F16")
+E8M0_SCALE_DTYPES = ("F8_E8M0",)
+#: the dtypes an FP4 weight is stored in, two E2M1 values a byte (DeepSeek-V4's routed experts)
+FP4_DTYPES = ("I8", "U8")
+
+
+def _check_fp4(w: TensorInfo, s: TensorInfo | None) -> None:
+    """An FP4 weight [rows, values/2] has one E8M0 exponent per 32 values of each row: what
+    ``passes/fp8.repack_mxfp4`` moves into ggml's MXFP4 blocks."""
+    from .passes.fp8 import MXFP4_GROUP
+
+    fix = f"re-download {w.file} (its header is damaged), or pass the original checkpoint as --source"
+    if s is None:
+        raise RefusedError(f"source tensor {w.name} is FP4 without its exponents (.scale)", "pass the original checkpoint as --source")
+    want = [w.shape[0], 2 * w.shape[-1] // MXFP4_GROUP] if len(w.shape) == 2 else None
+    if want is None or 2 * w.shape[-1] % MXFP4_GROUP or s.dtype not in ("F8_E8M0", "U8") or list(s.shape) != want:
+        raise CorruptFileError(f"{s.file}: tensor {s.name} is {s.dtype} {list(s.shape)}, expected F8_E8M0 {want} "
+                               f"(one exponent per {MXFP4_GROUP} values of {w.name} {list(w.shape)})", fix)
 
 
 def _check_fp8(w: TensorInfo, s: TensorInfo | None) -> None:
@@ -221,8 +243,9 @@ def _check_fp8(w: TensorInfo, s: TensorInfo | None) -> None:
         raise RefusedError(f"source tensor {w.name} is FP8 without a block scale (weight_scale_inv)",
                            "use the bf16 release of the model as --source")
     want = [-(-w.shape[0] // BLOCK), -(-w.shape[1] // BLOCK)]
-    if s.dtype not in FP8_SCALE_DTYPES or list(s.shape) != want:
-        raise CorruptFileError(f"{s.file}: tensor {s.name} is {s.dtype} {list(s.shape)}, expected {'/'.join(FP8_SCALE_DTYPES)} "
+    dtypes = E8M0_SCALE_DTYPES if s.name.endswith(".scale") else FP8_SCALE_DTYPES
+    if s.dtype not in dtypes or list(s.shape) != want:
+        raise CorruptFileError(f"{s.file}: tensor {s.name} is {s.dtype} {list(s.shape)}, expected {'/'.join(dtypes)} "
                                f"{want} (one scale per {BLOCK}x{BLOCK} block of {w.name} {list(w.shape)})", fix)
 
 

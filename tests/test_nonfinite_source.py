@@ -78,6 +78,10 @@ def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str =
     config = json.loads((dst / "config.json").read_text())
     spec = FAMILIES[detect_family(config) or ""]
     weight_map = json.loads((dst / "model.safetensors.index.json").read_text())["weight_map"]
+    # a head stored in parts that llama.cpp reads fused (DeepSeek-V4's fc: e_proj | h_proj): its first part
+    if role is not None:
+        role = next((parts[0] for whole, parts in spec.gguf_fused.items() if whole == role and not any(
+            r.role == role for r in spec.rows())), role)
     head = [k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
             and spec.role_of(bare) is not None and not k.endswith("_scale_inv")]
     rng = random.Random(draw)

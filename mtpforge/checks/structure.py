@@ -24,8 +24,11 @@ def modules(bare_keys: list[str]) -> list[str]:
 
 def weighted_modules(bare_keys: list[str]) -> list[str]:
     """Modules that hold their weight: scales and biases left behind by a lost weight do not make
-    one, nor does a block-FP8 release's ``<weight>_scale_inv`` (part of its weight's module)."""
-    return modules([k for k in bare_keys if not k.endswith((".scales", ".biases", "_scale_inv"))])
+    one, nor does a block-FP8 release's ``<weight>_scale_inv`` or ``<module>.scale`` beside its
+    ``<module>.weight`` (DeepSeek-V4's E8M0 exponents: part of its weight's module)."""
+    keys = set(bare_keys)
+    return modules([k for k in bare_keys if not k.endswith((".scales", ".biases", "_scale_inv"))
+                    and not (k.endswith(".scale") and k.removesuffix(".scale") + ".weight" in keys)])
 
 
 def check(ctx: InspectContext) -> list[Finding]:

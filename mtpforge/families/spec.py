@@ -109,6 +109,25 @@ class Role(str, Enum):
     OUT_HC_NORM = "out_hc_norm"
     OUT_HC_DOWN = "out_hc_down"
     OUT_HC_UP = "out_hc_up"
+    # DeepSeek-V4: the NextN projection stored as its two halves (embedding, hidden), which
+    # llama.cpp reads side by side as ``eh_proj``; one key/value projection shared by every head
+    # (``wkv``); the grouped output projection (``wo_a`` per head group, then ``wo_b``); the
+    # manifold-constrained hyper-connections' mixing weights, biases and gains around the
+    # attention, around the MLP and before the head's output (``hc_head_*``)
+    E_PROJ = "e_proj"
+    H_PROJ = "h_proj"
+    KV_PROJ = "kv_proj"
+    O_A_PROJ = "o_a_proj"
+    O_B_PROJ = "o_b_proj"
+    HC_ATTN_FN = "hc_attn_fn"
+    HC_ATTN_BASE = "hc_attn_base"
+    HC_ATTN_SCALE = "hc_attn_scale"
+    HC_FFN_FN = "hc_ffn_fn"
+    HC_FFN_BASE = "hc_ffn_base"
+    HC_FFN_SCALE = "hc_ffn_scale"
+    HC_HEAD_FN = "hc_head_fn"
+    HC_HEAD_BASE = "hc_head_base"
+    HC_HEAD_SCALE = "hc_head_scale"
 
 
 #: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not
@@ -309,6 +328,20 @@ class FamilySpec:
     #: converter) keep them apart (MiMo-V2's MTP ``attn_qkv``: query, key, value rows, at the
     #: offsets ``mimo2.cpp`` views); the GGUF emitter writes the fused tensor in their place
     gguf_fused: Mapping[Role, tuple[Role, ...]] = field(default_factory=dict)
+    #: fused roles (``gguf_fused``) whose parts lie side by side, columns after columns, not rows
+    #: after rows (DeepSeek-V4's ``eh_proj``: ``e_proj`` then ``h_proj`` along the input axis)
+    gguf_fused_columns: frozenset[Role] = frozenset()
+    #: Role -> llama.cpp's name for a head tensor it keeps outside the MTP block (DeepSeek-V4's
+    #: converter writes the head's own ``hc_head_*`` as the MTP file's ``output_hc_*``)
+    gguf_root_names: Mapping[Role, str] = field(default_factory=dict)
+    #: ``(role, source dtype, n_dims) -> ggml type name`` where the family's converter writes a
+    #: tensor in a type of its own whatever ``--outtype`` says (DeepSeek-V4: block-FP8 matrices
+    #: as Q8_0, bf16 ones as BF16, F32 as F32, FP4 experts as MXFP4); None from it, or no hook:
+    #: the precision's type
+    gguf_type_of: Callable[["Role | None", str, int], "str | None"] | None = None
+    #: ``general.file_type`` of the family's MTP-only file where its converter fixes it (DeepSeek-V4:
+    #: 38, MXFP4 MoE); None: the precision's
+    gguf_file_type: int | None = None
     #: the trunk hidden state llama.cpp's MTP graph for this family hands the head (its
     #: ``t_h_nextn``): ``post`` (after ``output_norm``: Qwen, GLM, DeepSeek, ...) or ``pre``
     #: (``mimo2.cpp`` takes it before the norm); what ``verify`` of a GGUF reports

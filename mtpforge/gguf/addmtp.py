@@ -37,7 +37,7 @@ from ..results import AddResult, DryRunFacts
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, is_quantized, parse_precision, plan_head, tensor_chunks
 from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
-from .names import SHARED_TENSORS, family_of, handled_archs
+from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
 from ..writer.lock import folder_lock
 from .commit import stage_json, sweep_leftovers
@@ -96,7 +96,7 @@ def _open_trunk(target: str) -> tuple[GgufFile, str]:
     family = family_of(g)
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
-    if "blk.0.attn_norm.weight" not in g.tensors and g.nextn_layers:
+    if FIRST_BLOCK_NORM not in g.tensors and g.nextn_layers:
         raise InputError(f"{p.name} is an MTP-only GGUF, not a model", "pass the trunk GGUF (the one given to llama-server -m)")
     # the tensors decide, as inspect's do: a declaration without NextN tensors is a trunk whose
     # head is missing (inspect says to add it), not one that carries it
@@ -264,6 +264,10 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
     check_trunk_matches(trunk, src, n_trunk)
     # the source's config names the model; the trunk's architecture may be several families'
     family = src.family
+    if not row.beside_trunk and FAMILIES[family].gguf_root_names:
+        raise RefusedError(f"a {family} head cannot be appended to its trunk: llama.cpp keeps one "
+                           f"{', '.join(FAMILIES[family].gguf_root_names.values())} per file, the trunk's, and the head has its own",
+                           "write the MTP-only file beside the trunk (the default --layout), as llama.cpp's converter does")
     plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format, keep_fc)
     if "token_embd.weight" not in trunk.tensors:
         raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")
@@ -322,7 +326,9 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
     prec = g.report["precision"]
     meta = mtp_meta(FAMILIES[g.family], dims(src.config))
     if g.row.beside_trunk:
-        kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec], [(t.name, t.shape) for t in out],
+        own = FAMILIES[g.family].gguf_file_type
+        kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec] if own is None else own,
+                         [(t.name, t.shape) for t in out],
                          int(trunk.get("{arch}.expert_count", 0) or 0), meta)
     else:
         kv = with_mtp_layers(trunk.kv, trunk.arch, n_trunk, n_mtp, meta)

@@ -24,7 +24,8 @@ from ..errors import RefusedError
 from ..families.spec import FamilySpec, Role
 from ..families.tables import dims, family_spec
 from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, SliceRef, block_scale, decode, head_parts,
-                        parse_precision as _parse_precision, read_scale, row_blocks)
+                        parse_precision as _parse_precision, read_scale, row_blocks, scale_of)
+from ..passes.fp8 import E8M0_NAN, repack_mxfp4
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
@@ -58,6 +59,8 @@ class HeadTensor:
     #: float32 source tensor -> this tensor's values, for a part of a tensor the converter splits
     #: or a tensor whose rows it reorders
     transform: Callable[[np.ndarray], np.ndarray] | None = None
+    #: the slices are parts lying side by side (columns after columns: ``FamilySpec.gguf_fused_columns``)
+    side_by_side: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -91,6 +94,18 @@ def _type_for(name: str, shape: tuple[int, ...], precision: str, quantized: bool
     return t if shape[-1] % bs == 0 else Q.F16
 
 
+def _own_type(spec: FamilySpec, role: Role | None, dtype: str, n_dims: int) -> gguf.GGMLQuantizationType | None:
+    """The type the family's converter writes this tensor in whatever the precision
+    (``FamilySpec.gguf_type_of``), None where the precision decides."""
+    t = spec.gguf_type_of(role, dtype, n_dims) if spec.gguf_type_of else None
+    return None if t is None else Q[t]
+
+
+def _either(own: gguf.GGMLQuantizationType | None, t: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
+    """The family converter's own type where it has one (F32 is 0: not a truth test), else ``t``."""
+    return t if own is None else own
+
+
 def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object], n_trunk: int,
               precision: str, src_fmt: str, keep_fc: bool = False) -> list[HeadTensor]:
     """Every llama.cpp tensor of the head, in a stable order: the head's parts, experts stacked,
@@ -104,18 +119,22 @@ def plan_head(entries: Mapping[str, TensorInfo], src_config: Mapping[str, object
         if p.role in fused_of:
             fused.setdefault((fused_of[p.role], p.step), {})[p.role] = p
             continue
+        own = _own_type(spec, p.role, entries[p.source].dtype, len(p.shape))
         if p.stacked:
             assert p.role is not None
             name = expert_name(p.role, p.step, n_trunk)
-            out.append(HeadTensor(name, _type_for(name, p.shape, precision), p.shape, list(p.slices), 0.0))
+            shape = p.shape
+            if own == Q.MXFP4:  # stored two values a byte: the tensor's values are twice its bytes
+                shape = (*p.shape[:-1], 2 * p.shape[-1])
+            out.append(HeadTensor(name, _either(own, _type_for(name, shape, precision)), shape, list(p.slices), 0.0))
             continue
-        out += _split(p, n_trunk, spec, dm, precision) or [_named(p, n_trunk, spec, dm, precision, keep_fc, src_config)]
-    out += [_fused(whole, step, parts, n_trunk, spec, precision) for (whole, step), parts in fused.items()]
+        out += _split(p, n_trunk, spec, dm, precision) or [_named(p, n_trunk, spec, dm, precision, keep_fc, src_config, own)]
+    out += [_fused(whole, step, parts, n_trunk, spec, precision, entries) for (whole, step), parts in fused.items()]
     return sorted(out, key=lambda t: t.name)
 
 
 def _fused(whole: Role, step: int, parts: Mapping[Role, HeadPart], n_trunk: int, spec: FamilySpec,
-           precision: str) -> HeadTensor:
+           precision: str, entries: Mapping[str, TensorInfo]) -> HeadTensor:
     """The one tensor llama.cpp's graph reads in place of the parts (``FamilySpec.gguf_fused``):
     their rows one after another in the family's order. Each part is converted on its own and
     its bytes follow the previous part's, which are the fused tensor's bytes, since every ggml
@@ -126,12 +145,18 @@ def _fused(whole: Role, step: int, parts: Mapping[Role, HeadPart], n_trunk: int,
                            f"into {family_names(spec)[whole]}", "pass the original checkpoint as --source")
     order = [parts[r] for r in spec.gguf_fused[whole]]
     name = f"blk.{n_trunk + step}.{family_names(spec)[whole]}"
-    shape = (sum(p.shape[0] for p in order), *order[0].shape[1:])
-    return HeadTensor(name, _type_for(name, shape, precision), shape, [s for p in order for s in p.slices], 0.0)
+    columns = whole in spec.gguf_fused_columns
+    if columns:  # side by side: the rows are each part's row, one after another
+        shape = (order[0].shape[0], sum(p.shape[-1] for p in order))
+    else:
+        shape = (sum(p.shape[0] for p in order), *order[0].shape[1:])
+    own = _own_type(spec, whole, entries[order[0].source].dtype, len(shape))
+    return HeadTensor(name, _either(own, _type_for(name, shape, precision)), shape, [s for p in order for s in p.slices], 0.0,
+                      side_by_side=columns)
 
 
 def _named(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], precision: str, keep_fc: bool,
-           src_config: Mapping[str, object]) -> HeadTensor:
+           src_config: Mapping[str, object], own: gguf.GGMLQuantizationType | None = None) -> HeadTensor:
     """A part llama.cpp keeps as one tensor, its rows reordered where the family's converter does."""
     name = gguf_name(p.source, n_trunk, spec)
     if name is None:
@@ -139,7 +164,7 @@ def _named(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], p
                            "report this with the source repo id")
     permute = qk_permutation(p.role, dm) if spec.gguf_permutes_qk and p.role is not None else None
     full = keep_fc and p.role == Role.FC and is_quantized(precision)
-    t = _type_for(name, p.shape, precision, p.role in spec.gguf_quantized_roles, full)
+    t = _either(own, _type_for(name, p.shape, precision, p.role in spec.gguf_quantized_roles, full))
     return HeadTensor(name, t, p.shape, list(p.slices), p.offset, permute)
 
 
@@ -159,6 +184,11 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
     """The converted bytes of one tensor, one expert at a time: decoded (and refused when not
     finite) by ``headplan.decode``, as the MLX emitter's are."""
 
+    if t.type == Q.MXFP4:
+        return _mxfp4_chunks(t, entries, read)
+    if t.side_by_side:
+        return _side_by_side_chunks(t, entries, read)
+
     def gen() -> Iterator[bytes]:
         for s in t.slices:
             info = entries[s.src]
@@ -176,6 +206,56 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
                 if t.transform is not None:
                     w = t.transform(w)
                 yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
+
+    return gen
+
+
+def _mxfp4_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader) -> Callable[[], Iterator[bytes]]:
+    """An FP4 source's stack as ggml MXFP4, one expert at a time: its codes and E8M0 exponents
+    moved, never dequantized (``passes/fp8.repack_mxfp4``), so the bytes are the converter's.
+    An exponent byte 255 (E8M0's NaN) is refused as a non-finite value would be."""
+
+    def gen() -> Iterator[bytes]:
+        for s in t.slices:
+            info = entries[s.src]
+            skey = scale_of(s.src, entries)
+            if skey is None:
+                raise RefusedError(f"source tensor {info.name} is FP4 without its exponents (.scale)",
+                                   "pass the original checkpoint as --source")
+            sinfo = entries[skey]
+            packed = np.frombuffer(read(info, s.start, s.end), np.uint8).reshape(s.shape)
+            exps = np.frombuffer(read(sinfo, 0, sinfo.nbytes), np.uint8).reshape(sinfo.shape)
+            if (exps == E8M0_NAN).any():
+                raise RefusedError(f"the source's MTP tensor {info.name} holds NaN scales, so the source checkpoint is "
+                                   "damaged; nothing was changed",
+                                   "re-download the source checkpoint (or pass an undamaged copy as --source)",
+                                   code="SOURCE_NONFINITE")
+            yield repack_mxfp4(packed, exps).tobytes()
+
+    return gen
+
+
+def _side_by_side_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader) -> Callable[[], Iterator[bytes]]:
+    """Parts joined column-wise (``FamilySpec.gguf_fused_columns``), one row block at a time:
+    block j of every part decoded, laid side by side, converted (rows are independent, so the
+    blocks' bytes are the whole tensor's)."""
+
+    def gen() -> Iterator[bytes]:
+        first = t.slices[0]
+        k = row_blocks(first, entries[first.src])
+        if any(s.shape[0] != first.shape[0] or row_blocks(s, entries[s.src]) != k for s in t.slices):
+            k = 1
+        scales = [read_scale(s.src, entries, read) for s in t.slices]
+        for j in range(k):
+            blocks = []
+            for s, scale in zip(t.slices, scales):
+                info, step = entries[s.src], (s.end - s.start) // k
+                shape = (s.shape[0] // k, *s.shape[1:])
+                blocks.append(np.array(decode(info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
+                                              block_scale(scale, j, k, s.shape))))
+            w = np.concatenate(blocks, axis=1)
+            del blocks
+            yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
 
     return gen
 

@@ -22,7 +22,7 @@ from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
-from .names import SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
+from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
 
 def _dims(g: GgufFile) -> dict[str, int]:
@@ -242,7 +242,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
     findings: list[Finding] = []
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
-    is_mtp_only = "blk.0.attn_norm.weight" not in g.tensors and bool(_mtp_blocks(g))
+    is_mtp_only = FIRST_BLOCK_NORM not in g.tensors and bool(_mtp_blocks(g))
     siblings: list[dict[str, Any]] = []
     head: GgufFile | None = None
     layout = "none"

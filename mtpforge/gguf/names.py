@@ -133,6 +133,10 @@ TENSOR_NAMES: dict[Role, str] = tensor_names(None)
 #: exactly these three beside the MTP block)
 SHARED_TENSORS: tuple[str, ...] = ("token_embd.weight", "output_norm.weight", "output.weight")
 
+#: the first trunk block's attention norm, which every llama.cpp model has and an MTP-only file
+#: lacks (gguf-py's name, so no family's key is spelled here)
+FIRST_BLOCK_NORM: str = gguf.TENSOR_NAMES[_T.ATTN_NORM].format(bid=0) + ".weight"
+
 #: tensors llama.cpp keeps in F32 whatever the file type (its converter's rule: norms, 1-D
 #: tensors, routers, the DSA indexer's head weights)
 F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES | {Role.INDEXER_PROJ})))
@@ -144,9 +148,14 @@ def gguf_name(bare: str, n_trunk: int, spec: FamilySpec) -> str | None:
     """The GGUF name of a non-expert source head tensor (None for expert tensors and for a key
     the family does not spell)."""
     hit = spec.match(bare)
-    if hit is None or hit[0].role in EXPERT_ROLES or hit[0].role not in TENSORS:
+    if hit is None or hit[0].role in EXPERT_ROLES:
         return None
-    return f"blk.{n_trunk + (hit[2] or 0)}.{family_names(spec)[hit[0].role]}"
+    if hit[0].role in spec.gguf_root_names:
+        return spec.gguf_root_names[hit[0].role]
+    names = family_names(spec)
+    if hit[0].role not in names:
+        return None
+    return f"blk.{n_trunk + (hit[2] or 0)}.{names[hit[0].role]}"
 
 
 def split_names(bare: str, n_trunk: int, spec: FamilySpec) -> list[tuple[str, Role]]:
@@ -239,6 +248,11 @@ def expected_block(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, tu
             else:
                 want[names[role]] = tuple(dims[s] for s in shape)
     for fused, parts in spec.gguf_fused.items():
-        shapes = [want.pop(names[p]) for p in parts]
-        want[names[fused]] = (sum(s[0] for s in shapes), *shapes[0][1:])
+        # a part llama.cpp never names on its own (DeepSeek-V4's e_proj / h_proj) has its row's shape
+        shapes = [want.pop(names[p]) if p in names and names[p] in want else tuple(dims[s] for s in spec.row(p).shape)
+                  for p in parts]
+        if fused in spec.gguf_fused_columns:
+            want[names[fused]] = (shapes[0][0], sum(s[-1] for s in shapes))
+        else:
+            want[names[fused]] = (sum(s[0] for s in shapes), *shapes[0][1:])
     return want, maybe

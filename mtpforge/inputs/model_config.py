@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Iterator, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from ..passes.quantize import AFFINE_BITS, FIXED_MODES, QSpec, check_qspec
 from .problems import Problem, describe, problems_of
@@ -91,6 +91,12 @@ class _Core(BaseModel):
     moe_latent_size: Optional[Dim] = Field(None, description=_DIM)
     # MiMo-V2: the sliding-window attention's kv heads (its MTP layers are sliding-window ones)
     swa_num_key_value_heads: Optional[Dim] = Field(None, description=_DIM)
+    # DeepSeek-V4: the hyper-connection copies, the grouped output projection, the SwiGLU clamp
+    # (a float: llama.cpp's converter writes it for every block, the MTP block's included)
+    hc_mult: Optional[Dim] = Field(None, description=_DIM)
+    o_groups: Optional[Dim] = Field(None, description=_DIM)
+    o_lora_rank: Optional[Dim] = Field(None, description=_DIM)
+    swiglu_limit: Optional[Union[StrictInt, StrictFloat]] = Field(None, description="a number")
     # Step-3.5: the sliding-window attention's head counts
     attention_other_setting: Optional[_OtherAttention] = Field(None, description="an object")
 

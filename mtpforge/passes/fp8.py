@@ -1,14 +1,28 @@
-"""Block-scaled FP8 (E4M3) sources, dequantized before anything else touches them.
+"""Block-scaled low-bit sources (FP8 E4M3, FP4 E2M1), read before anything else touches them.
 
-FP8 releases store ``W`` as F8_E4M3 and ``W_scale_inv`` as one float per 128x128 block; the real
+FP8 releases store ``W`` as F8_E4M3 and one scale per 128x128 block — F32 in ``W_scale_inv``
+(DeepSeek-V3, Qwen) or an E8M0 exponent in ``<module>.scale`` (DeepSeek-V4's ue8m0); the real
 weight is ``fp8(W) * scale`` blockwise. Passing FP8 bytes through as if bf16 would write garbage.
+
+DeepSeek-V4 stores its routed experts FP4: two E2M1 codes a byte and one E8M0 exponent per 32
+values along the row (the microscaling layout). ggml's MXFP4 holds the same codes and exponents
+in another order, so llama.cpp keeps those experts as they are, only moving bits
+(``repack_mxfp4``): no dequantization, no rounding, byte for byte what its converter writes.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 BLOCK = 128
+#: the exponent bias of an E8M0 scale byte: it stands for 2 ** (byte - 127)
+E8M0_BIAS = 127
+#: the E8M0 byte that stands for no number (NaN)
+E8M0_NAN = 255
+#: values per E8M0 exponent in an FP4 (MXFP4) row, and the bytes ggml's block of them takes
+MXFP4_GROUP = 32
+MXFP4_BLOCK_BYTES = 1 + MXFP4_GROUP // 2
 
 
 def dequantize_block_fp8(raw_u8: mx.array, scale_inv: mx.array, block: int = BLOCK) -> mx.array:
@@ -18,3 +32,29 @@ def dequantize_block_fp8(raw_u8: mx.array, scale_inv: mx.array, block: int = BLO
     s = scale_inv.astype(mx.float32)
     s = mx.repeat(mx.repeat(s, block, axis=0), block, axis=1)[:out_dim, :in_dim]
     return w * s
+
+
+def e8m0_to_float(exps: mx.array) -> mx.array:
+    """E8M0 exponent bytes as the float32 powers of two they stand for (exact: ``ldexp``; 255,
+    E8M0's NaN, becomes inf here and is refused downstream as not finite)."""
+    e = np.array(exps, dtype=np.int32) - E8M0_BIAS
+    with np.errstate(over="ignore"):
+        return mx.array(np.ldexp(np.float32(1.0), e).astype(np.float32))
+
+
+def repack_mxfp4(packed: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """ggml ``block_mxfp4`` rows [rows, cols/32 * 17] from a release's FP4 weight: ``packed``
+    [rows, cols/2] (value 2i in the low nibble, 2i+1 in the high one) and ``exps`` [rows, cols/32].
+    A ggml block is its exponent then 16 bytes, byte j holding value j low and value j+16 high;
+    the 4-bit codes index the same E2M1 table on both sides. Rows are independent, so a row block
+    repacks on its own."""
+    p = np.ascontiguousarray(packed).view(np.uint8)
+    s = np.ascontiguousarray(exps).view(np.uint8)
+    rows, half = p.shape
+    nb = 2 * half // MXFP4_GROUP
+    if 2 * half % MXFP4_GROUP or s.shape != (rows, nb):
+        raise ValueError(f"an FP4 weight of {2 * half} values a row needs {nb} exponents a row, not {s.shape}")
+    src = p.reshape(rows, nb, MXFP4_GROUP // 2)
+    vals = np.stack((src & 0x0F, src >> 4), axis=-1).reshape(rows, nb, MXFP4_GROUP)
+    qs = vals[:, :, :16] | (vals[:, :, 16:] << 4)
+    return np.concatenate((s[:, :, None], qs.astype(np.uint8)), axis=-1).reshape(rows, nb * MXFP4_BLOCK_BYTES)
