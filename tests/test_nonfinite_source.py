@@ -18,7 +18,7 @@ from tests.checkers import rewrite
 from tests.crash_harness import run_cli
 from tests.test_hostile import tree_state
 from tests.test_reliability import one_line
-from tests.support.families import mlx_trunk, tiny_source
+from tests.support.families import GGUF_LAYOUTS, MLX_LAYOUTS, mlx_trunk, tiny_source
 
 
 def _variant(variant: str) -> Callable[[Path], Path]:
@@ -33,7 +33,10 @@ def _variant(variant: str) -> Callable[[Path], Path]:
 #: a tiny source of every registered family (the Qwen3.5 MoE family twice: per-expert and fused
 #: experts), from the registry: a family added later is covered without editing this list
 SOURCES: dict[str, Callable[[Path], Path]] = {
-    **{f: (lambda folder, f=f: tiny_source(f, folder)) for f in FAMILIES}, "qwen3_6_moe": _variant("qwen3_6_moe")}
+    **{f: (lambda folder, f=f: tiny_source(f, folder)) for f in FAMILIES}, "qwen3_6_moe": _variant("qwen3_6_moe"),
+    # DeepSeek-V4 with bf16 dense weights: a value planted in an FP8 or E8M0 tensor would be a byte
+    # pattern, and MLX rewrites the poisoned shard without those dtypes
+    "deepseek_v4": lambda folder: tiny_source("deepseek_v4", folder, dense="bf16")}
 
 #: where the bad value goes: the head's input projection (a matrix, quantized or copied as is), its
 #: embedding-side norm (offset added before encoding), and any tensor of the head (``None``: one
@@ -109,7 +112,8 @@ def _refused(args: list[str], root: Path, key: str) -> None:
 
 #: each GGUF output of every family meets one poison: the sibling at each precision and the tail
 GGUF_FORMATS = {"nan-in-fc": "q8_0", "inf-in-norm": "bf16", "nan-anywhere": "f16", "inf-anywhere": "tail"}
-GGUF_CASES = [(f, p, GGUF_FORMATS[p]) for f in SOURCES for p in POISONS]
+GGUF_CASES = [(f, p, GGUF_FORMATS[p]) for f in SOURCES for p in POISONS
+              if FAMILY_OF[f] in GGUF_LAYOUTS and (GGUF_FORMATS[p] != "tail" or "gguf-tail" in GGUF_LAYOUTS[FAMILY_OF[f]])]
 #: the README's test command runs these families' cases (a Qwen and a NextN head, every format);
 #: the full run (CI) every family's: each case is a CLI run of seconds (tests/conftest.py, LONG)
 QUICK = ("qwen3_5", "glm4_moe")
@@ -140,7 +144,7 @@ def _gguf_case(family: str, precision: str, poison: str, clean, tmp_path: Path) 
 #: the families mtpforge writes into MLX folders (the others are refused before any read), each
 #: poison copied as is (bf16) or quantized (match: the target's 4 bits)
 MLX_PRECISION = {"nan-in-fc": "bf16", "inf-in-norm": "match", "nan-anywhere": "match", "inf-anywhere": "bf16"}
-MLX_CASES = [(f, p, MLX_PRECISION[p]) for f in SOURCES if not FAMILIES[FAMILY_OF[f]].gguf_only for p in POISONS]
+MLX_CASES = [(f, p, MLX_PRECISION[p]) for f in SOURCES if FAMILY_OF[f] in MLX_LAYOUTS for p in POISONS]
 
 
 @pytest.mark.parametrize(("family", "poison", "precision"), [c for c in MLX_CASES if c[0] in QUICK])

@@ -13,7 +13,7 @@ import pytest
 from mtpforge.families import FAMILIES
 from tests.checkers import folder_state
 from tests.crash_harness import run_cli
-from tests.support.families import MLX_LAYOUTS, mlx_trunk, tiny_source
+from tests.support.families import GGUF_LAYOUTS, MLX_LAYOUTS, mlx_trunk, tiny_source
 from tests.test_hostile import error_lines
 
 #: every family mtpforge writes into MLX folders, from the registry (a hand-kept list here missed
@@ -635,7 +635,7 @@ def _other(family: str) -> str:
     return next(n for n in names[i + 1:] + names[:i] if FAMILIES[n].gguf_arch != FAMILIES[family].gguf_arch)
 
 
-SOURCE_CASES = [(f, "gguf") for f in FAMILIES] + [(f, "mlx") for f in MLX_FAMILIES]
+SOURCE_CASES = [(f, "gguf") for f in GGUF_LAYOUTS] + [(f, "mlx") for f in MLX_FAMILIES]
 
 
 #: the README's test command runs these families' cases; the full run (CI) every family's

@@ -19,7 +19,7 @@ import pytest
 from mtpforge.families import FAMILIES
 from tests.checkers import folder_state
 from tests.crash_harness import run_cli
-from tests.support.families import mlx_trunk, tiny_source
+from tests.support.families import GGUF_LAYOUTS as FAMILY_GGUF, MLX_LAYOUTS, mlx_trunk, tiny_source
 
 GGUF_LAYOUTS = ("gguf-mtp", "gguf-tail")
 CARD = "---\nlicense: apache-2.0\n---\n# my model\n\nWords the user wrote.\n"
@@ -27,7 +27,7 @@ CARD = "---\nlicense: apache-2.0\n---\n# my model\n\nWords the user wrote.\n"
 #: (family, layout, whether a card existed before add-mtp): every family and layout with the
 #: user's card (restored as it was); a card add-mtp created (removed again) once per layout —
 #: which card is restored is the layout's code, not the family's, and each case costs seconds
-_PAIRS = [(f, layout) for f, spec in FAMILIES.items() for layout in (*spec.layouts, *GGUF_LAYOUTS)]
+_PAIRS = [(f, layout) for f in FAMILIES for layout in (*MLX_LAYOUTS.get(f, ()), *FAMILY_GGUF.get(f, ()))]
 CASES = [(f, layout, "card") for f, layout in _PAIRS] + \
         [next((f, layout, "no-card") for f, lay in _PAIRS if lay == layout) for layout in dict.fromkeys(l for _, l in _PAIRS)]
 

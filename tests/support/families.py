@@ -43,7 +43,19 @@ def mlx_trunk(family: str, src: Path, folder: Path) -> Path:
     return convert_to_mlx(base, folder, q_bits=4, q_group_size=32, dtype="float32")
 
 
-#: the families mtpforge writes into MLX folders, with their layouts, from the registry
-MLX_LAYOUTS: dict[str, tuple[str, ...]] = {n: s.layouts for n, s in FAMILIES.items() if s.layouts}
+def _mlx_lm_has(family: str) -> bool:
+    import importlib.util
 
-__all__ = ["MLX_LAYOUTS", "mlx_trunk", "tiny_source"]
+    return importlib.util.find_spec(f"mlx_lm.models.{family}") is not None
+
+
+#: the families mtpforge writes into MLX folders whose target ``mlx_lm.convert`` makes, with their
+#: layouts, from the registry (Qwen3.8-Flash-Next's target is mlx-vlm's convert, in mlx-vlm's own
+#: virtualenv: tests/test_family_qwen4_exp.py drives it, undo included)
+MLX_LAYOUTS: dict[str, tuple[str, ...]] = {n: s.layouts for n, s in FAMILIES.items() if s.layouts and _mlx_lm_has(n)}
+#: the GGUF outputs each family's head has: the sibling where llama.cpp has its architecture, the
+#: tail too unless the head keeps tensors outside its block (one set per file: DeepSeek-V4)
+GGUF_LAYOUTS: dict[str, tuple[str, ...]] = {
+    n: ("gguf-mtp",) + (() if s.gguf_root_names else ("gguf-tail",)) for n, s in FAMILIES.items() if s.gguf_arch}
+
+__all__ = ["GGUF_LAYOUTS", "MLX_LAYOUTS", "mlx_trunk", "tiny_source"]
