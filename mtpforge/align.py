@@ -101,28 +101,11 @@ def align(
 
 def _align(folder: Path, *, steps: int, prompts: Sequence[str] | None, seed: int, max_tokens: int, dry_run: bool,
            prog: Progress, sequences: int, length: int) -> dict[str, Any]:
-    from .checkpoint.catalogue import load_catalogue
-    from .checkpoint.store import LocalStore
-    from .layouts.detect import locate_head
-    from .layouts.read import load_head_weights
-    from .repair import _read_old_manifest
     from .verify import DEFAULT_PROMPTS, _encode, _load
 
     t_start = time.perf_counter()
-    prog.step(f"loading the MTP head of {folder}")
-    hw = load_head_weights(folder)
-    if hw.layout == "hf":
-        raise RefusedError(f"{folder} is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load), not an MLX "
-                           "folder: align re-fits a head inside an MLX model folder",
-                           f"convert it first: `mtpforge convert --hf-path {folder}`")
+    hw, cat, loc = _head_in_place(folder, prog)
     head_folder = hw.folder
-    cat = load_catalogue(LocalStore(head_folder))
-    loc = locate_head(cat, hw.family)
-    if set(loc.entries) != set(hw.tensors):
-        raise RefusedError(f"the head in {head_folder} is stored in a form align cannot write back in place "
-                           f"({hw.layout} layout, experts stored per expert): nothing was changed",
-                           "re-add the head with `mtpforge add-mtp --experts switch_mlp --force`, then align")
-    _read_old_manifest(head_folder)  # a record that cannot be kept is refused before any work
     prog.step("loading the backbone with mlx-lm")
     bb, head = _load(folder, hw)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
@@ -182,6 +165,32 @@ def _align(folder: Path, *, steps: int, prompts: Sequence[str] | None, seed: int
     _write(head_folder, loc, patches, report, before, after, prog)
     prog.done(f"acceptance {before.acceptance:.1%} -> {after.acceptance:.1%}: aligned head written to {head_folder}")
     return report
+
+
+def _head_in_place(folder: Path, prog: Progress) -> tuple[Any, Any, Any]:
+    """(head weights, catalogue, head location) of an MLX folder whose head align can rewrite in
+    place; a raw checkpoint, experts stored per expert or a record that cannot be kept are refused
+    before any work."""
+    from .checkpoint.catalogue import load_catalogue
+    from .checkpoint.store import LocalStore
+    from .layouts.detect import locate_head
+    from .layouts.read import load_head_weights
+    from .repair import _read_old_manifest
+
+    prog.step(f"loading the MTP head of {folder}")
+    hw = load_head_weights(folder)
+    if hw.layout == "hf":
+        raise RefusedError(f"{folder} is a raw Hugging Face checkpoint (mlx-lm shifts its norms on load), not an MLX "
+                           "folder: align re-fits a head inside an MLX model folder",
+                           f"convert it first: `mtpforge convert --hf-path {folder}`")
+    cat = load_catalogue(LocalStore(hw.folder))
+    loc = locate_head(cat, hw.family)
+    if set(loc.entries) != set(hw.tensors):
+        raise RefusedError(f"the head in {hw.folder} is stored in a form align cannot write back in place "
+                           f"({hw.layout} layout, experts stored per expert): nothing was changed",
+                           "re-add the head with `mtpforge add-mtp --experts switch_mlp --force`, then align")
+    _read_old_manifest(hw.folder)
+    return hw, cat, loc
 
 
 def _measure(bb: Any, head: Any, encoded: list[list[int]], max_tokens: int) -> Measured:

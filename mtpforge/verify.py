@@ -104,17 +104,23 @@ def verify(
     )
     _judge(report, min_acceptance)
     if greedy and report["identical"]:
-        from .checks.trunk_cost import align_note
-
-        note = align_note(folder, hw.family, hw.quant, report["acceptance"])
-        if note is not None:  # advice, not a failure: the head is what it is on this trunk
-            report["notes"].append(note)
-            report["advice"] = "align"
+        _advise(report, folder, hw)
     if record:
         _record(report, hw.folder, loaded_manifest)
     (prog.done if report["ok"] else prog.step)(
         f"acceptance {report['acceptance']:.1%} ({best}-norm hidden), identical: {report['identical']}")
     return report
+
+
+def _advise(report: dict[str, Any], folder: Path, hw: Any) -> None:
+    """Name ``mtpforge align`` where the trunk's quantization costs this head more than the
+    precision table says (advice, not a failure: the head is what it is on this trunk)."""
+    from .checks.trunk_cost import align_note
+
+    note = align_note(folder, hw.family, hw.quant, report["acceptance"])
+    if note is not None:
+        report["notes"].append(note)
+        report["advice"] = "align"
 
 
 def _judge(report: dict[str, Any], min_acceptance: float) -> None:

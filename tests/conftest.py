@@ -45,6 +45,8 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          "tests/test_soak_samples.py", "tests/test_remove_every_add.py", "tests/test_align_measured.py",
                          "tests/test_nonfinite_source.py::test_every_family_",
                          "tests/test_reliability_gguf.py::test_every_family_",
+                         # a real terminal per case, pressed at each stage of each command (~3 min of CPU)
+                         "tests/test_interrupts.py",
                          # mlx-vlm's own decode loop, plain and drafting, on the tiny Qwen3.8-Flash-Next
                          "tests/test_family_qwen4_exp.py::test_mlx_vlm_drafts",
                          "tests/test_family_qwen4_exp.py::test_the_bf16_drafter")

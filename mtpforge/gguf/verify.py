@@ -86,20 +86,7 @@ def verify_gguf(
     accepted = sum(c.accepted for c in spec)
     tokens = sum(len(c.tokens) for c in spec)
     acc = accepted / drafted if drafted else 0.0
-    problems: list[str] = []
-    notes: list[str] = []
-    cpu_identical: bool | None = None
-    bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a.tokens != b.tokens]
-    if bad:
-        prog.step(f"output differs on {counted(len(bad), 'prompt')}: decoding {'it' if len(bad) == 1 else 'them'} again on the CPU backend (-ngl 0)")
-        cpu_identical = _identical_on_cpu(binary, tpath, mtp_file, [texts[i] for i in bad], max_tokens, n_max)
-        if cpu_identical:
-            notes.append(f"on this llama-server's accelerator the output with draft-mtp differs from plain decoding on prompt(s) {bad}, "
-                         "and on its CPU backend it is identical: llama.cpp's GPU kernels verify a batch of drafted tokens "
-                         "with other arithmetic than one token at a time (the converter's own MTP file differs the same way), "
-                         "so near-ties flip; the head is not at fault")
-        else:
-            problems.append(f"output with draft-mtp differs from plain greedy decoding on prompt(s) {bad}")
+    problems, notes, cpu_identical = _identity(binary, tpath, mtp_file, texts, plain, spec, max_tokens, n_max, prog)
     if drafted == 0:
         problems.append("llama.cpp drafted nothing: the MTP head was not used")
     if acc < min_acceptance:
@@ -134,6 +121,23 @@ def verify_gguf(
     else:
         prog.done(f"acceptance {acc:.1%} ({accepted}/{drafted}), identical: {identical}")
     return result
+
+
+def _identity(binary: Path, trunk: Path, mtp_file: Path | None, texts: list[str], plain: list[Any], spec: list[Any],
+              max_tokens: int, n_max: int, prog: Progress) -> tuple[list[str], list[str], bool | None]:
+    """(problems, notes, identical on the CPU backend) of the drafted output against plain
+    decoding: a difference is a failure only when the CPU backend keeps it (``_identical_on_cpu``)."""
+    bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a.tokens != b.tokens]
+    if not bad:
+        return [], [], None
+    prog.step(f"output differs on {counted(len(bad), 'prompt')}: decoding {'it' if len(bad) == 1 else 'them'} "
+              "again on the CPU backend (-ngl 0)")
+    if not _identical_on_cpu(binary, trunk, mtp_file, [texts[i] for i in bad], max_tokens, n_max):
+        return [f"output with draft-mtp differs from plain greedy decoding on prompt(s) {bad}"], [], False
+    return [], [f"on this llama-server's accelerator the output with draft-mtp differs from plain decoding on prompt(s) "
+                f"{bad}, and on its CPU backend it is identical: llama.cpp's GPU kernels verify a batch of drafted tokens "
+                "with other arithmetic than one token at a time (the converter's own MTP file differs the same way), "
+                "so near-ties flip; the head is not at fault"], True
 
 
 #: the GGUF types at or above which a head drafts as well as at f16 (docs/PRECISION.md)
