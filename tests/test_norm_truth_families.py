@@ -1,7 +1,8 @@
 """A raw-norm family's head convention told by behaviour, offline, as Qwen's is.
 
 The trained tiny GLM-4.5 (``tests/data/tiny-glm4_moe-trained``), GLM-4.7-Flash (MLA,
-``tiny-glm4_moe_lite-trained``) and Nemotron-H (hybrid, ``tiny-nemotron_h-trained``) through
+``tiny-glm4_moe_lite-trained``), DeepSeek-V3 (MLA, ``tiny-deepseek_v3-trained``) and Nemotron-H
+(hybrid, ``tiny-nemotron_h-trained``) through
 ``mlx_lm.convert`` (4-bit), each head written by add-mtp, then left as another tool leaves it (no
 mtpforge.json, no card) and broken the way the issue saw in the wild: the head's norms shifted +1
 — the Qwen habit applied to a family whose norms are raw — all of them, or one group. ``inspect``
@@ -49,6 +50,25 @@ class Trained:
     prefix: str
     norms: tuple[str, ...]
     cases: dict[str, tuple[tuple[str, ...], str, str]]
+    #: the release keeps the NextN layer under ``model.layers.{N}.`` and mlx-lm's sanitize drops it
+    #: only at the release's index (DeepSeek-V3: 61), so the MLX target is converted from a copy
+    #: without it, as community conversions of the real model are
+    headless: str | None = None
+
+
+def headless_copy(model: Path, dst: Path, prefix: str) -> Path:
+    """``model`` without the tensors under ``prefix`` (shards and index rewritten, the rest copied)."""
+    dst.mkdir(parents=True)
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    for f in model.iterdir():
+        if f.suffix != ".safetensors" and f.name != "model.safetensors.index.json":
+            shutil.copy2(f, dst / f.name)
+    for shard in sorted(set(index["weight_map"].values())):
+        kept = {k: v for k, v in mx.load(str(model / shard)).items() if not k.startswith(prefix)}
+        mx.save_safetensors(str(dst / shard), kept, metadata={"format": "pt"})
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if not k.startswith(prefix)}
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return dst
 
 
 def _cases(norms: tuple[str, ...], *one: str) -> dict[str, tuple[tuple[str, ...], str, str]]:
@@ -67,6 +87,9 @@ TRAINED = {
     "glm4_moe_lite": Trained(DATA / "tiny-glm4_moe_lite-trained", "model.layers.2.", MLA, _cases(MLA)),
     "nemotron_h": Trained(DATA / "tiny-nemotron_h-trained", "mtp.", HYBRID,
                           {k: v for k, v in _cases(HYBRID, "layers.0.enorm.weight").items() if k != "all norms +1"}),
+    # GLM-4.7-Flash's MLA block under DeepSeek-V3's own config and trained weights
+    "deepseek_v3": Trained(DATA / "tiny-deepseek_v3-trained", "model.layers.2.", MLA, _cases(MLA),
+                           headless="model.layers.2."),
 }
 #: a trained head's acceptance on its 4-bit backbone is far above this (random heads: ~0%)
 TRAINED_FLOOR = 0.4
@@ -104,7 +127,8 @@ def heads(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str,
         if family not in made:
             model = TRAINED[family].model
             root = tmp_path_factory.mktemp(f"{family}-norm-truth")
-            t = convert_to_mlx(model, root / f"{family}-4bit", q_bits=4, q_group_size=32, dtype="float32")
+            base = headless_copy(model, root / "headless", TRAINED[family].headless) if TRAINED[family].headless else model
+            t = convert_to_mlx(base, root / f"{family}-4bit", q_bits=4, q_group_size=32, dtype="float32")
             add_mtp(source=str(model), target=str(t), progress=False)
             (t / "mtpforge.json").unlink()
             (t / "README.md").unlink()
