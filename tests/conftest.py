@@ -47,6 +47,9 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          "tests/test_reliability_gguf.py::test_every_family_",
                          # a real terminal per case, pressed at each stage of each command (~3 min of CPU)
                          "tests/test_interrupts.py",
+                         # the examples/ scripts each in a fresh interpreter; a download raced by a second run
+                         "tests/test_demo.py::test_examples_run_offline",
+                         "tests/test_reliability.py::test_a_second_run_while_the_first_downloads_is_refused_and_the_original_survives",
                          # mlx-vlm's own decode loop, plain and drafting, on the tiny Qwen3.8-Flash-Next
                          "tests/test_family_qwen4_exp.py::test_mlx_vlm_drafts",
                          "tests/test_family_qwen4_exp.py::test_the_bf16_drafter")
