@@ -143,3 +143,21 @@ class ConverterJudged:
 
     def test_only_the_heads_bytes_come_from_the_hub(self, src: Path, hub: Any, tmp_path: Path) -> None:
         fetches_only_the_head(hub, src, lambda d: self.trunk(src, d), tmp_path)
+
+
+def drafts_with_eh_proj_halves_swapped(trunk: Path, ours: Path, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """llama-server's measurement (4 prompts) with ``ours`` and with a copy whose ``eh_proj``
+    embedding and hidden halves are read the other way round: a drafting tiny head makes equal
+    accepted counts mean something only if the second accepts a small fraction of the first."""
+    from tests.test_gguf import _rewrite
+
+    def swap(k: str, a: np.ndarray) -> np.ndarray | None:
+        if k.endswith("nextn.eh_proj.weight"):
+            h = a.shape[0]
+            return a[:, list(range(h, 2 * h)) + list(range(h))]
+        return None
+
+    (work / "swapped").mkdir()
+    bad = _rewrite(ours, work / "swapped" / ours.name, edit=swap)
+    texts = gguf_env.prompts()[:4]
+    return gguf_env.measure(trunk, draft=ours, texts=texts), gguf_env.measure(trunk, draft=bad, texts=texts)

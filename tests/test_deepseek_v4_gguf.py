@@ -259,22 +259,10 @@ def test_the_drafting_comparison_sees_a_misread_block(src: Path, tmp_path: Path)
     """The tiny head drafts (tests/support/synth/deepseek_v4.py ``_drafting``), so equal
     accepted counts mean something: with ``eh_proj``'s embedding and hidden halves read the other
     way round, llama-server accepts a small fraction of what it accepts with mtpforge's block."""
-    from tests.test_gguf import _rewrite
-
     gguf_env.need("server")
     trunk = _trunk(src, tmp_path, "f32")
     ours = Path(judged.add_mtp(trunk, src)["output"])
-
-    def swap(k: str, a: np.ndarray) -> np.ndarray | None:
-        if k.endswith("nextn.eh_proj.weight"):
-            h = a.shape[0]
-            return a[:, list(range(h, 2 * h)) + list(range(h))]
-        return None
-
-    (tmp_path / "swapped").mkdir()
-    bad = _rewrite(ours, tmp_path / "swapped" / ours.name, edit=swap)
-    texts = gguf_env.prompts()[:4]
-    good, wrong = gguf_env.measure(trunk, draft=ours, texts=texts), gguf_env.measure(trunk, draft=bad, texts=texts)
+    good, wrong = judged.drafts_with_eh_proj_halves_swapped(trunk, ours, tmp_path)
     assert good["acceptance"] > 0.5 and wrong["acceptance"] < good["acceptance"] / 4, (good, wrong)
 
 
