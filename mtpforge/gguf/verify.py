@@ -59,6 +59,7 @@ def verify_gguf(
     trunk = read_local(tpath)  # a file that is not a GGUF is said before a missing llama-server
     own_tail = trunk.nextn_layers > 0 and any(".nextn." in n for n in trunk.tensors)
     mtp_file: Path | None = None
+    head = trunk  # the file that holds the head: the trunk's own tail, or the MTP-only file
     if not own_tail:
         mtp_file = Path(draft).expanduser() if draft else find_mtp_file(tpath)
         if mtp_file is None:
@@ -67,7 +68,7 @@ def verify_gguf(
         if not mtp_file.is_file():
             raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
         head = read_local(mtp_file)
-    _refuse_nonfinite(trunk if own_tail else head)
+    _refuse_nonfinite(head)
     binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
     prog = Progress(enabled=progress)
@@ -93,8 +94,7 @@ def verify_gguf(
         problems.append(f"acceptance {acc:.1%} is below --min-acceptance {min_acceptance:.1%}")
     fam = FAMILIES.get(family_of(trunk) or "")
     hidden = fam.gguf_mtp_hidden if fam is not None else "post"
-    dead = _dead_head(acc, drafted, read_local(mtp_file) if mtp_file else trunk, trunk.block_count - trunk.nextn_layers
-                      if own_tail else trunk.block_count, hidden)
+    dead = _dead_head(acc, drafted, head, trunk.block_count - trunk.nextn_layers if own_tail else trunk.block_count, hidden)
     base = [c.tok_s for c in plain if c.tok_s]
     mtp = [c.tok_s for c in spec if c.tok_s]
     b_tps = sum(base) / len(base) if base else None
