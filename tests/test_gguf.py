@@ -184,10 +184,12 @@ def _codes(rep: dict) -> set[str]:
     return {f["code"] for f in rep["findings"]}
 
 
-def _rewrite(src: Path, dst: Path, *, kv: dict[str, object] | None = None, edit=None, drop: tuple[str, ...] = ()) -> Path:
-    """A copy of a GGUF with metadata values replaced and tensors edited (gguf-py writes it)."""
+def _rewrite(src: Path, dst: Path, *, kv: dict[str, object] | None = None, edit=None, drop: tuple[str, ...] = (),
+             drop_kv: tuple[str, ...] = ()) -> Path:
+    """A copy of a GGUF with metadata values replaced or left out and tensors edited (gguf-py
+    writes it)."""
     g = read_local(src)
-    meta = dict(g.kv)
+    meta = {k: v for k, v in g.kv.items() if k not in drop_kv}
     for k, v in (kv or {}).items():
         meta[k] = KV(v, g.kv[k].type if k in g.kv else gguf.GGUFValueType.UINT32)
     out = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpforge.gguf.gguffile import read_local
 from mtpforge.gguf.names import block_of
 from tests import gguf_env
 from tests import gguf_judged as judged
@@ -123,3 +124,30 @@ def test_a_source_whose_own_head_copy_has_another_shape_is_refused(glm, tmp_path
     assert r.returncode == 1 and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
     assert "shared_head.head.weight has shape" in lines[0]
     assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name]
+
+
+def test_a_trunk_that_does_not_state_the_shared_experts_width_is_no_shape_mismatch(glm, tmp_path: Path) -> None:
+    """llama.cpp's converter states the shared experts' width (``expert_shared_count``; some
+    trunks ``expert_shared_feed_forward_length``): a trunk written without it leaves that width
+    unknown, which inspect must not read as 0 and call the head's shared experts of another
+    model size. A head of another size is still found by the widths the trunk does state."""
+    from tests.test_gguf import _rewrite
+
+    src = glm["4.5"]
+    trunk = _trunk(src, tmp_path / "t")
+    judged.add_mtp(trunk, src)
+    keys = ("glm4moe.expert_shared_count", "glm4moe.expert_shared_feed_forward_length")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "wrong").mkdir()
+    bare = _rewrite(trunk, tmp_path / "bare" / trunk.name, drop_kv=keys)
+    for f in trunk.parent.iterdir():
+        if f != trunk and not (bare.parent / f.name).exists():
+            (bare.parent / f.name).write_bytes(f.read_bytes())
+    code, rep = judged.inspect_json(bare)
+    assert not set(keys) & set(read_local(bare).kv)
+    assert code == 0 and "MTP_SHAPE_MISMATCH" not in {f["code"] for f in rep["findings"]}, rep["findings"]
+    wrong = _rewrite(bare, tmp_path / "wrong" / trunk.name, kv={"glm4moe.expert_feed_forward_length": 7})
+    for f in bare.parent.iterdir():
+        if f != bare and not (wrong.parent / f.name).exists():
+            (wrong.parent / f.name).write_bytes(f.read_bytes())
+    assert "MTP_SHAPE_MISMATCH" in {f["code"] for f in judged.inspect_json(wrong)[1]["findings"]}

@@ -95,8 +95,10 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
         if extra:
             out.append(finding("MTP_UNEXPECTED_TENSORS", f"{where}: the MTP block blk.{b} has unexpected {', '.join(extra[:3])}",
                                "re-write the head with mtpforge add-mtp --force"))
+        # a 0 in the expected shape is a width the reference GGUF does not state (no tensor has
+        # a 0 dimension): that tensor's shape is not judged, rather than called a mismatch
         bad = [f"{k} {list(reversed(have[k].shape))} (expected {list(reversed(shp))})"
-               for k, shp in want.items() if k in have and tuple(have[k].shape) != shp]
+               for k, shp in want.items() if k in have and 0 not in shp and tuple(have[k].shape) != shp]
         if bad:
             out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: head of another model size: {'; '.join(bad[:2])}",
                                "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
