@@ -2,16 +2,18 @@
 
 Per slice: decode -> float32 -> (FP8 dequantize) -> (+1 on the seven norm kinds: the source is
 raw Hugging Face, decided by provenance) -> quantize or cast -> bytes at their planned offset.
-Only one slice is alive at a time.
+A few row blocks are alive at a time (one per core converting, plus the one being written).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import mlx.core as mx
 import numpy as np
@@ -20,8 +22,9 @@ from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes
 from .headplan import block_scale, decode, read_scale, row_blocks
 from .passes.norms import add_offset
-from .passes.quantize import cast, quantize
+from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
+from .writer.ahead import in_order
 from .writer.safetensors_stream import SafetensorsWriter
 
 #: output float dtype -> the safetensors dtype whose bytes pass through unchanged
@@ -31,47 +34,73 @@ _ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 Reader = Callable[[TensorInfo, int, int], bytes]
 
 
+#: MLX evaluates on one thread at a time; the numpy work around it runs on every core
+_MLX = threading.Lock()
+
+
 def transform_slice(
-    m: OutModule, raw: bytes, info: TensorInfo, shape: tuple[int, ...], scale: mx.array | None
+    m: OutModule, raw: bytes, info: TensorInfo, shape: tuple[int, ...], scale: np.ndarray | None
 ) -> dict[str, bytes]:
     """The pure part: one slice's source bytes -> output bytes per suffix (decoded, and refused
     when not finite, by ``headplan.decode``, as the GGUF emitter's are)."""
-    w = decode(info, raw, shape, scale)
+    w32 = decode(info, raw, shape, scale)
     if m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
         return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
     if m.norm:
-        w = add_offset(w, m.offset)
+        w32 = np.asarray(add_offset(w32, m.offset))
     if m.q is None:
-        return {"": to_bytes(cast(w, m.float_dtype))}
-    return {sfx: to_bytes(a) for sfx, a in quantize(w, m.q, m.float_dtype).items()}
+        return {"": memoryview(cast_float32(w32, m.float_dtype).reshape(-1).view(np.uint8))}
+    with _MLX:
+        return {sfx: to_bytes(a) for sfx, a in quantize(mx.array(w32), m.q, m.float_dtype).items()}
+
+
+#: one row block's writes: (tensor key, bytes, slice index, slice count), and the source bytes
+#: it completes for the progress bar
+Converted = tuple[list[tuple[str, bytes, int, int]], int]
+
+
+def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> Iterator[Callable[[], Converted]]:
+    """One job per row block of every slice, in the plan's order; the source is read here (one
+    reader, in order), the conversion runs in the job."""
+    for m in plan.modules:
+        names = {s.key[len(plan.prefix + m.bare):] or "": s.key for s in m.specs(plan.prefix)}
+        n = len(m.slices)
+        for e, sl in enumerate(m.slices):
+            info = entries[sl.src]
+            scale = read_scale(sl.src, entries, read)
+            k = row_blocks(sl, info)
+            step = (sl.end - sl.start) // k
+            shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
+            for j in range(k):
+                raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
+                yield partial(_convert, m, names, raw, info, shape, block_scale(scale, j, k, sl.shape),
+                              e * k + j, n * k, sl.end - sl.start if j == k - 1 else 0)
+
+
+def _convert(m: OutModule, names: Mapping[str, str], raw: bytes, info: TensorInfo, shape: tuple[int, ...],
+             scale: np.ndarray | None, index: int, count: int, done: int) -> Converted:
+    out = transform_slice(m, raw, info, shape, scale)
+    writes = []
+    for sfx, data in out.items():
+        key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))
+        writes.append((key, data, index, count))
+    return writes, done
 
 
 def write_plan(
     plan: Plan, path: Path, entries: Mapping[str, TensorInfo], read: Reader,
     metadata: dict[str, str] | None = None, on_progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Write the plan's head into a new file at ``path``, one row block of one slice at a time."""
+    """Write the plan's head into a new file at ``path``, one row block of one slice at a time,
+    the row blocks converted on every core (``writer.ahead.in_order``) while this thread reads
+    and writes."""
     specs = plan.specs()
     with SafetensorsWriter(path, specs, metadata or {"format": "mlx"}) as w:
-        for m in plan.modules:
-            names = {s.key[len(plan.prefix + m.bare):] or "": s.key for s in m.specs(plan.prefix)}
-            n = len(m.slices)
-            for e, sl in enumerate(m.slices):
-                info = entries[sl.src]
-                scale = read_scale(sl.src, entries, read)
-                k = row_blocks(sl, info)
-                step = (sl.end - sl.start) // k
-                shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
-                for j in range(k):
-                    raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
-                    out = transform_slice(m, raw, info, shape, block_scale(scale, j, k, sl.shape))
-                    del raw
-                    for sfx, data in out.items():
-                        key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))
-                        w.write(key, data, e * k + j, n * k)
-                    del out
-                if on_progress:
-                    on_progress(sl.end - sl.start)
+        for writes, done in in_order(_slice_jobs(plan, entries, read)):
+            for key, data, index, count in writes:
+                w.write(key, data, index, count)
+            if on_progress and done:
+                on_progress(done)
 
 
 @dataclass

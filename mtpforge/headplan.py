@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-import mlx.core as mx
+import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
-from .checkpoint.tensors import to_mx
+from .checkpoint.tensors import to_float32
 from .errors import InputError, RefusedError
 from .families.spec import FamilySpec, Role
 from .families.tables import declared_mtp_layers, mtp_layers_of
@@ -168,40 +168,43 @@ def peak_memory_estimate(slices: Iterable[SliceRef], overhead: int = 0) -> int:
     return 4 * biggest + overhead
 
 
-def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: mx.array | None, *,
-           check: bool = True) -> mx.array:
+def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None, *,
+           check: bool = True) -> np.ndarray:
     """One slice (or row block) of a source tensor as float32, block-FP8 dequantized — refused
     when it holds NaN or Inf (``check``): quantization or a cast would launder them into
-    finite-looking bytes, so every tensor either format writes passes here."""
-    w = to_mx(TensorInfo(info.name, info.file, info.dtype, tuple(shape), 0, 0), raw)
+    finite-looking bytes, so every tensor either format writes passes here. numpy throughout: a
+    lazy framework graph evaluated for the check alone cost most of a giant head's conversion."""
     if info.dtype == "F8_E4M3":
         if scale is None:
             raise RefusedError(f"source tensor {info.name} is FP8 without a block scale (weight_scale_inv)",
                                "use the bf16 release of the model as --source")
-        w = dequantize_block_fp8(w, scale)
-    w = w.astype(mx.float32)
+        w = dequantize_block_fp8(np.frombuffer(raw, np.uint8).reshape(shape), scale)
+    else:
+        w = to_float32(TensorInfo(info.name, info.file, info.dtype, tuple(shape), 0, 0), raw)
     if check:
         refuse_nonfinite(info.name, w)
     return w
 
 
-def refuse_nonfinite(name: str, w: mx.array) -> None:
+def refuse_nonfinite(name: str, w: np.ndarray) -> None:
     """The one finiteness check of a head's values, whatever format and encoding follows."""
-    if not mx.all(mx.isfinite(w)).item():
+    if not np.isfinite(w).all():
         raise RefusedError(f"the source's MTP tensor {name} holds NaN or Inf values, so the source checkpoint is damaged; "
                            "nothing was changed",
                            "re-download the source checkpoint (or pass an undamaged copy as --source)", code="SOURCE_NONFINITE")
 
 
-def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[TensorInfo, int, int], bytes]) -> mx.array | None:
+def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[TensorInfo, int, int], bytes]) -> np.ndarray | None:
     """The block scale of a block-FP8 source tensor as float32 (None for a float one): F32 as
     stored, or E8M0 exponents (DeepSeek-V4's ue8m0 scales) as the exact powers of two they name."""
     key = scale_of(src, entries)
     if entries[src].dtype != "F8_E4M3" or key is None:
         return None
     sinfo = entries[key]
-    s = to_mx(sinfo, read(sinfo, 0, sinfo.nbytes))
-    return e8m0_to_float(s) if sinfo.dtype == "F8_E8M0" else s
+    raw = read(sinfo, 0, sinfo.nbytes)
+    if sinfo.dtype == "F8_E8M0":
+        return e8m0_to_float(np.frombuffer(raw, np.uint8).reshape(sinfo.shape))
+    return to_float32(sinfo, raw)
 
 
 #: Source bytes converted per step. A large 2-D slice (q_proj of a 2048-wide head is 32 MiB in
@@ -232,7 +235,7 @@ def row_blocks(s: SliceRef, info: TensorInfo) -> int:
     return rows
 
 
-def block_scale(scale: mx.array | None, j: int, k: int, shape: tuple[int, ...]) -> mx.array | None:
+def block_scale(scale: np.ndarray | None, j: int, k: int, shape: tuple[int, ...]) -> np.ndarray | None:
     """The rows of a block-FP8 scale that row block ``j`` of ``k`` (``row_blocks``) is scaled by."""
     if scale is None or k == 1:
         return scale

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from mtpforge.families.tables import expected_head, is_norm_key
@@ -127,8 +128,20 @@ def test_block_fp8_dequantization():
     w = mx.random.normal((256, 128)) * 0.1
     scale = mx.array([[0.5], [2.0]])
     codes = mx.to_fp8(w / mx.repeat(scale, 128, axis=0))
-    deq = dequantize_block_fp8(codes, scale)
-    assert deq.shape == w.shape and mx.max(mx.abs(deq - w)).item() < 0.05
+    deq = dequantize_block_fp8(np.array(codes), np.array(scale))
+    assert deq.shape == w.shape and np.abs(deq - np.array(w)).max() < 0.05
+
+
+def test_the_fp8_table_is_the_e4m3_format_for_every_byte():
+    """The lookup dequantization reads every code as MLX's own FP8 E4M3 conversion does (NaN
+    codes 0x7F / 0xFF included), and a ragged edge block takes its scale too."""
+    from mtpforge.passes.fp8 import E4M3_TO_F32
+
+    want = np.array(mx.from_fp8(mx.array(np.arange(256, dtype=np.uint8)), dtype=mx.float32))
+    assert np.array_equal(E4M3_TO_F32, want, equal_nan=True) and np.isnan(E4M3_TO_F32[[0x7F, 0xFF]]).all()
+    codes = np.arange(130 * 3, dtype=np.uint8).reshape(130, 3) % 0x7F
+    got = dequantize_block_fp8(codes, np.array([[2.0], [0.5]], np.float32))
+    assert np.array_equal(got[:128], E4M3_TO_F32[codes[:128]] * 2) and np.array_equal(got[128:], E4M3_TO_F32[codes[128:]] / 2)
 
 
 def test_a_large_block_fp8_tensor_converts_in_row_blocks_to_the_same_bytes():

@@ -43,6 +43,17 @@ def to_mx(info: TensorInfo, raw: bytes) -> mx.array:
     return mx.array(a)
 
 
+def to_float32(info: TensorInfo, raw: bytes) -> np.ndarray:
+    """One tensor's bytes as a float32 numpy array (bf16 widened by a shift: exact), for the
+    conversion passes, which run in numpy: one pass over the values, no framework round trip."""
+    if info.dtype == "BF16":
+        return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
+    dt = _NP.get(info.dtype)
+    if dt is None:
+        to_mx(info, b"")  # the one refusal of a dtype mtpforge cannot convert
+    return np.frombuffer(raw, dtype=np.dtype(dt).newbyteorder("<")).reshape(info.shape).astype(np.float32)
+
+
 def to_bytes(a: mx.array) -> bytes:
     """The safetensors byte representation of an array (C order, little-endian)."""
     if a.dtype == mx.bfloat16:

@@ -14,6 +14,7 @@ Stacks are produced expert by expert (every ggml type here quantizes rows indepe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterator, Mapping
 
 import gguf
@@ -29,6 +30,7 @@ from ..passes.fp8 import E8M0_NAN, repack_mxfp4
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
+from ..writer.ahead import in_order
 from .names import expert_name, family_names, gguf_name, keeps_f32, split_names
 
 Q = gguf.GGMLQuantizationType
@@ -180,6 +182,11 @@ def _split(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], p
     return out
 
 
+def encoded(w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> memoryview:
+    """``w`` in ggml type ``qtype``, as a buffer the writer takes without another copy."""
+    return memoryview(np.ascontiguousarray(gguf.quants.quantize(w, qtype)).reshape(-1).view(np.uint8))
+
+
 def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader) -> Callable[[], Iterator[bytes]]:
     """The converted bytes of one tensor, one expert at a time: decoded (and refused when not
     finite) by ``headplan.decode``, as the MLX emitter's are."""
@@ -189,7 +196,15 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
     if t.side_by_side:
         return _side_by_side_chunks(t, entries, read)
 
-    def gen() -> Iterator[bytes]:
+    def convert(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None) -> memoryview:
+        w = decode(info, raw, shape, scale)
+        if t.offset:
+            w = np.asarray(add_offset(w, t.offset))
+        if t.transform is not None:
+            w = t.transform(w)
+        return encoded(w, t.type)
+
+    def jobs() -> Iterator[Callable[[], memoryview]]:
         for s in t.slices:
             info = entries[s.src]
             scale = read_scale(s.src, entries, read)
@@ -199,13 +214,12 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             step = (s.end - s.start) // k
             shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
             for j in range(k):
-                w32 = decode(info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
-                             block_scale(scale, j, k, s.shape))
-                w = np.array(add_offset(w32, t.offset) if t.offset else w32)
-                del w32
-                if t.transform is not None:
-                    w = t.transform(w)
-                yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
+                yield partial(convert, info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
+                              block_scale(scale, j, k, s.shape))
+
+    def gen() -> Iterator[memoryview]:
+        # the source is read in order here; the row blocks convert on every core
+        yield from in_order(jobs())
 
     return gen
 
@@ -251,11 +265,11 @@ def _side_by_side_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read:
             for s, scale in zip(t.slices, scales):
                 info, step = entries[s.src], (s.end - s.start) // k
                 shape = (s.shape[0] // k, *s.shape[1:])
-                blocks.append(np.array(decode(info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
+                blocks.append(np.asarray(decode(info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
                                               block_scale(scale, j, k, s.shape))))
             w = np.concatenate(blocks, axis=1)
             del blocks
-            yield np.ascontiguousarray(gguf.quants.quantize(w, t.type)).tobytes()
+            yield encoded(w, t.type)
 
     return gen
 

@@ -22,6 +22,7 @@ import gguf
 import numpy as np
 
 from ..errors import InputError, RefusedError
+from ..writer.ahead import run_ahead
 from .gguffile import KV, GgufFile, GgufTensor
 
 COPY_CHUNK = 8 << 20
@@ -128,22 +129,12 @@ def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: lis
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         assert w.fout is not None
-        fout: BinaryIO = w.fout[0]
-        for t in tensors:
-            w.write_padding(fout, fout.tell())
-            n = 0
-            for b in t.chunks():
-                fout.write(b)
-                n += len(b)
-                if on_bytes:
-                    on_bytes(len(b))
-            if n != t.nbytes:
-                raise RefusedError(f"tensor {t.name}: wrote {n} bytes, expected {t.nbytes}", "report this as a bug")
-            w.write_padding(fout, n)
+        fout = _HashingFile(w.fout[0], tmp)
+        _write_data(w, fout, tensors, on_bytes)
         fout.flush()
         os.fsync(fout.fileno())
         w.close()
-        sha = file_sha256(tmp)
+        sha = fout.hexdigest()
         if before_commit is not None:
             before_commit(sha, tmp)
         os.replace(tmp, dest)
@@ -161,6 +152,67 @@ def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: lis
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+
+
+class _HashingFile:
+    """The temporary file, hashed as it is written (the header read back once, every later byte
+    as it passes): a second read of GBs only to hash them cost as much as writing them."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        f.flush()
+        self._f, self._h = f, hashlib.sha256()
+        with open(path, "rb") as r:
+            self._h.update(r.read(f.tell()))
+
+    def write(self, b: "bytes | memoryview") -> int:
+        self._h.update(b)
+        return self._f.write(b)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _write_data(w: gguf.GGUFWriter, fout: _HashingFile, tensors: list[OutTensor],
+                on_bytes: Callable[[int], None] | None) -> None:
+    """Every tensor's bytes in order, each padded to the alignment; the chunks are converted in
+    a worker thread while earlier ones are written (``writer.ahead.run_ahead``)."""
+
+    def stream() -> Iterator[tuple[int, "bytes | memoryview"]]:
+        for i, t in enumerate(tensors):
+            yield i, b""  # the tensor starts: its padding comes first, even when it has no chunk
+            for b in t.chunks():
+                yield i, b
+
+    cur, n = -1, 0
+    for i, b in run_ahead(stream()):
+        if i != cur:
+            _finish(w, fout, tensors, cur, n)
+            w.write_padding(fout, fout.tell())  # type: ignore[arg-type]
+            cur, n = i, 0
+        if len(b):
+            fout.write(b)
+            n += len(b)
+            if on_bytes:
+                on_bytes(len(b))
+    _finish(w, fout, tensors, cur, n)
+
+
+def _finish(w: gguf.GGUFWriter, fout: _HashingFile, tensors: list[OutTensor], i: int, n: int) -> None:
+    """Tensor ``i`` is complete: its byte count checked, its data padded to the alignment."""
+    if i < 0:
+        return
+    if n != tensors[i].nbytes:
+        raise RefusedError(f"tensor {tensors[i].name}: wrote {n} bytes, expected {tensors[i].nbytes}", "report this as a bug")
+    w.write_padding(fout, n)  # type: ignore[arg-type]
 
 
 def file_sha256(path: Path) -> str:

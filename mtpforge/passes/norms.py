@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import mlx.core as mx
+import numpy as np
 
 from ..families.spec import FamilySpec
 from ..families.tables import is_norm_key
@@ -17,7 +18,7 @@ from ..families.tables import is_norm_key
 NORM_OFFSET = 1.0
 
 
-def add_offset(w32: mx.array, offset: float = NORM_OFFSET) -> mx.array:
+def add_offset(w32: "mx.array | np.ndarray", offset: float = NORM_OFFSET) -> "mx.array | np.ndarray":
     """The slice pass the writer runs: a float32 slice (or row block) of a norm, plus the
     offset; the caller rounds once, when it casts or quantizes."""
     return w32 + offset

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 FLOAT_DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 AFFINE_BITS = (2, 3, 4, 5, 6, 8)
@@ -78,3 +79,21 @@ def dequantize(parts: dict[str, mx.array], q: QSpec) -> mx.array:
 
 def cast(w: mx.array, float_dtype: str) -> mx.array:
     return w.astype(FLOAT_DTYPES[float_dtype])
+
+
+def cast_float32(w32: np.ndarray, float_dtype: str) -> np.ndarray:
+    """A finite float32 array rounded to ``float_dtype`` (round to nearest, ties to even, as
+    MLX's cast: the same bits), in numpy so that row blocks cast on every core at once. bf16 has
+    no numpy dtype: its bits come back as uint16, from the float32 bits with the rounding bias
+    added (``w32`` must be finite: ``headplan.decode`` refused anything else)."""
+    if float_dtype == "float32":
+        return np.ascontiguousarray(w32, np.float32)
+    if float_dtype == "float16":
+        return w32.astype(np.float16)
+    u = np.ascontiguousarray(w32, np.float32).view(np.uint32)
+    t = u >> 16
+    t &= 1
+    t += 0x7FFF
+    t += u
+    t >>= 16
+    return t.astype(np.uint16)

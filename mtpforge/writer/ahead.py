@@ -1,0 +1,100 @@
+"""Converting while writing: the next chunks of a head are computed in a worker thread while the
+caller writes and hashes the last ones.
+
+A giant head's conversion is CPU work (dequantize, cast, quantize: numpy, which releases the GIL)
+and I/O work (write, sha256: both release it too); done one after the other they took 4-10x the
+time of copying the output's bytes. Run side by side, the slower of the two sets the pace. Order
+is kept, at most ``depth`` chunks wait in memory (the bound on peak memory stays a few row
+blocks), an error in the worker is raised in the caller at the chunk where it happened, and a
+caller that stops early (an error of its own, Ctrl-C) stops the worker before its next chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_DONE = object()
+
+
+class _Raised:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def run_ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """``items``, each computed in a worker thread up to ``depth`` ahead of the consumer."""
+    q: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                q.put(item)
+        except BaseException as e:  # handed to the consumer, raised there
+            q.put(_Raised(e))
+            return
+        q.put(_DONE)
+
+    worker = threading.Thread(target=produce, name="mtpforge-convert", daemon=True)
+    worker.start()
+    try:
+        while True:
+            got = q.get()
+            if got is _DONE:
+                return
+            if isinstance(got, _Raised):
+                raise got.error
+            yield got  # type: ignore[misc]
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a worker waiting on a full queue, then let it see stop
+            try:
+                q.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            # a few threads: each holds a row block (a few MB of source, 4x that in float32)
+            _POOL = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="mtpforge-rows")
+        return _POOL
+
+
+def in_order(jobs: Iterator[Callable[[], R]], window: int | None = None) -> Iterator[R]:
+    """Each job's result, in the jobs' order, the jobs run on every core with at most ``window``
+    (default: one more than the cores) started and not yet taken — the bound on the row blocks
+    held at once. Jobs must not wait on other jobs (they share one pool)."""
+    pool = _pool()
+    window = window or pool._max_workers + 1
+    pending: deque[Future[R]] = deque()
+    try:
+        for job in jobs:
+            pending.append(pool.submit(job))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+__all__ = ["run_ahead", "in_order"]
