@@ -333,8 +333,9 @@ def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 def _dspark_tensors(c: dict[str, Any], stages: int, seed: int) -> dict[str, tuple[str, list[int], bytes]]:
-    """The drafter's ``mtp.*`` tensors: ``stages`` uncompressed, unhashed DeepSeek-V4 decoder
-    layers (``mtp.{s}.``, each with its FP4 experts) and the root tensors under ``mtp.0.``."""
+    """The drafter's ``mtp.*`` tensors: ``stages`` (three by default: not the trunk's layer
+    count) uncompressed, unhashed DeepSeek-V4 decoder layers (``mtp.{s}.``, each with its FP4
+    experts) and the root tensors under ``mtp.0.``."""
     out: dict[str, tuple[str, list[int], bytes]] = {}
     floats: dict[str, tuple[int, ...]] = {"mtp.0." + k: s for k, s in dspark_root_shapes(c).items()}
     for s in range(stages):
@@ -359,7 +360,7 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int) -> dict[str, tupl
     return out
 
 
-def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 2, **overrides: Any) -> Path:
+def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 3, **overrides: Any) -> Path:
     """A tiny ``-DSpark`` release: the DeepSeek-V4 trunk with the DSpark drafter in ``mtp.*``
     instead of the MTP layer (``num_nextn_predict_layers`` 0) and the ``dspark_*`` config keys."""
     config = tiny_config(num_nextn_predict_layers=0, compress_ratios=CONFIG["compress_ratios"][:-1],
