@@ -332,7 +332,7 @@ def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
             "confidence_head.proj.weight": (1, h + r)}
 
 
-def _dspark_tensors(c: dict[str, Any], stages: int, seed: int) -> dict[str, tuple[str, list[int], bytes]]:
+def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str) -> dict[str, tuple[str, list[int], bytes]]:
     """The drafter's ``mtp.*`` tensors: ``stages`` (three by default: not the trunk's layer
     count) uncompressed, unhashed DeepSeek-V4 decoder layers (``mtp.{s}.``, each with its FP4
     experts) and the root tensors under ``mtp.0.``."""
@@ -349,7 +349,7 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int) -> dict[str, tupl
                 out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
     for name, shape in floats.items():
         w = _draw(name, shape, seed)
-        if name.endswith((*FP8_SUFFIXES, "main_proj.weight")):
+        if dense == "fp8" and name.endswith((*FP8_SUFFIXES, "main_proj.weight")):
             codes, exps = fp8_e8m0(w)
             out[name] = ("F8_E4M3", list(shape), codes)
             out[name.removesuffix(".weight") + ".scale"] = ("F8_E8M0", list(exps.shape), exps.tobytes())
@@ -360,12 +360,16 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int) -> dict[str, tupl
     return out
 
 
-def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 3, **overrides: Any) -> Path:
+def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 3, dense: str = "fp8",
+                             **overrides: Any) -> Path:
     """A tiny ``-DSpark`` release: the DeepSeek-V4 trunk with the DSpark drafter in ``mtp.*``
-    instead of the MTP layer (``num_nextn_predict_layers`` 0) and the ``dspark_*`` config keys."""
+    instead of the MTP layer (``num_nextn_predict_layers`` 0) and the ``dspark_*`` config keys
+    (``dense="bf16"``: the dense projections bf16, the variant a test can edit in place)."""
     config = tiny_config(num_nextn_predict_layers=0, compress_ratios=CONFIG["compress_ratios"][:-1],
                          **DSPARK_CONFIG, **overrides)
-    return _write(Path(out_dir), config, _tensors(config, seed, "fp8") | _dspark_tensors(config, stages, seed))
+    if dense == "bf16":
+        config.pop("quantization_config")
+    return _write(Path(out_dir), config, _tensors(config, seed, dense) | _dspark_tensors(config, stages, seed, dense))
 
 
 __all__ = ["CONFIG", "DSPARK_CONFIG", "build_deepseek_v4", "build_deepseek_v4_bf16", "build_deepseek_v4_dspark",
