@@ -637,7 +637,7 @@ def _other(family: str) -> str:
 
 #: inspect reads a trunk's MTP head (a NextN tail, an ``mtp-*.gguf`` beside it); a drafter that is a
 #: model of its own (DeepSeek-V4's DSpark, ``dspark-*.gguf``) it does not read yet
-#: (docs/families/deepseek_v4.md §6), so it has no head to compare a source with
+#: (docs/families/deepseek_v4.md §7), so it has no head to compare a source with
 SOURCE_CASES = [(f, "gguf") for f in GGUF_LAYOUTS if not FAMILIES[f].gguf_drafter] + [(f, "mlx") for f in MLX_FAMILIES]
 
 
