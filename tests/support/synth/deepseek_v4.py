@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import mlx.core as mx
 import numpy as np
@@ -315,7 +315,7 @@ def head_keys(folder: Path) -> list[str]:
 #: drafts per block, the trunk layers whose hidden states feed ``main_proj`` (0-based; the GGUF
 #: states them + 1), the token that fills a block's undrafted slots, the Markov head's rank
 DSPARK_CONFIG: dict[str, Any] = {"dspark_block_size": 4, "dspark_target_layer_ids": [0, 1],
-                                 "dspark_noise_token_id": 505, "dspark_markov_rank": 32}
+                                 "dspark_noise_token_id": 505, "dspark_markov_rank": 64}
 
 
 def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -332,7 +332,28 @@ def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
             "confidence_head.proj.weight": (1, h + r)}
 
 
-def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str) -> dict[str, tuple[str, list[int], bytes]]:
+#: the fitted Markov head's code length: its bias is ``MARKOV_GAIN²`` for the bigram's next token
+MARKOV_GAIN = 12.0
+
+
+def _markov(c: dict[str, Any], bigrams: Mapping[int, int], seed: int) -> dict[str, np.ndarray]:
+    """A Markov head that drafts ``bigrams`` (token -> the token the trunk writes after it):
+    every token a random unit code of the rank's length (``markov_w1``: code x gain), each next
+    token the sum of its predecessors' codes (``markov_w2``), so the bias ``w2 · w1[prev]`` is
+    gain² on the bigram's next token and about gain² / sqrt(rank) elsewhere — larger than the
+    untrained stages' logits, so the draft is the bigram chain."""
+    v, r = c["vocab_size"], c["dspark_markov_rank"]
+    codes = _rng(seed, "markov-codes").standard_normal((v, r)).astype(np.float32)
+    codes /= np.linalg.norm(codes, axis=1, keepdims=True)
+    w2 = np.zeros((v, r), np.float32)
+    for prev, nxt in bigrams.items():
+        w2[nxt] += codes[prev]
+    g = np.float32(MARKOV_GAIN)
+    return {"mtp.0.markov_head.markov_w1.weight": codes * g, "mtp.0.markov_head.markov_w2.weight": w2 * g}
+
+
+def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str,
+                    bigrams: Mapping[int, int] | None = None) -> dict[str, tuple[str, list[int], bytes]]:
     """The drafter's ``mtp.*`` tensors: ``stages`` (three by default: not the trunk's layer
     count) uncompressed, unhashed DeepSeek-V4 decoder layers (``mtp.{s}.``, each with its FP4
     experts) and the root tensors under ``mtp.0.``."""
@@ -347,8 +368,9 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str) -> di
                 packed, exps = fp4_packed(name, shape, seed)
                 out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
                 out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
+    fitted = _markov(c, bigrams, seed) if bigrams else {}
     for name, shape in floats.items():
-        w = _draw(name, shape, seed)
+        w = fitted[name] if name in fitted else _draw(name, shape, seed)
         if dense == "fp8" and name.endswith((*FP8_SUFFIXES, "main_proj.weight")):
             codes, exps = fp8_e8m0(w)
             out[name] = ("F8_E4M3", list(shape), codes)
@@ -361,15 +383,17 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str) -> di
 
 
 def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 3, dense: str = "fp8",
-                             **overrides: Any) -> Path:
+                             bigrams: Mapping[int, int] | None = None, **overrides: Any) -> Path:
     """A tiny ``-DSpark`` release: the DeepSeek-V4 trunk with the DSpark drafter in ``mtp.*``
     instead of the MTP layer (``num_nextn_predict_layers`` 0) and the ``dspark_*`` config keys
-    (``dense="bf16"``: the dense projections bf16, the variant a test can edit in place)."""
+    (``dense="bf16"``: the dense projections bf16, the variant a test can edit in place). The
+    stages are untrained; ``bigrams`` (what the trunk writes after each token, measured by
+    decoding with it: its trunk does not depend on them) fit the Markov head so that it drafts."""
     config = tiny_config(num_nextn_predict_layers=0, compress_ratios=CONFIG["compress_ratios"][:-1],
                          **DSPARK_CONFIG, **overrides)
     if dense == "bf16":
         config.pop("quantization_config")
-    return _write(Path(out_dir), config, _tensors(config, seed, dense) | _dspark_tensors(config, stages, seed, dense))
+    return _write(Path(out_dir), config, _tensors(config, seed, dense) | _dspark_tensors(config, stages, seed, dense, bigrams))
 
 
 __all__ = ["CONFIG", "DSPARK_CONFIG", "build_deepseek_v4", "build_deepseek_v4_bf16", "build_deepseek_v4_dspark",
