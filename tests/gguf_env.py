@@ -62,12 +62,13 @@ RAW_CONFIG_MODEL_TYPES = ("step3p5", "mimo_v2_flash")
 
 def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "qwen35") -> Path:
     """llama.cpp's converter on ``folder``: ``trunk`` (--no-mtp), ``mtp`` (--mtp: the MTP-only
-    file) or ``full`` (trunk with its NextN tail)."""
+    file), ``full`` (trunk with its NextN tail) or ``dspark`` (--dspark: DeepSeek-V4's DSpark
+    drafter, the tokenizer from the folder itself)."""
     need("converter")
     p, ok = _cached(folder, f"{mode}-{outtype}.gguf")
     if ok:
         return p
-    flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": []}[mode]
+    flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": [], "dspark": ["--dspark", "--target-model-dir", str(folder)]}[mode]
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     cmd = [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE)]
     if pre:
@@ -137,14 +138,15 @@ def prompts() -> list[str]:
     return list(DEFAULT_PROMPTS) + extra
 
 
-def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: list[str] | None = None) -> dict:
-    """Greedy decoding through llama-server (with draft-mtp when a head is given): token ids and
-    llama.cpp's own draft counters, summed over the prompts."""
+def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: list[str] | None = None,
+            spec_type: str = "draft-mtp", n_max: int = 1) -> dict:
+    """Greedy decoding through llama-server (with ``spec_type`` when a head is given): token ids
+    and llama.cpp's own draft counters, summed over the prompts."""
     from mtpforge.gguf.server import decode_all, llama_server
 
     # one thread: ggml's thread pool spins, and two spinning pools (or one beside the MLX tests of
     # another pytest-xdist worker) on two cores made these runs ~6x slower than alone
-    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp, threads=1) as srv:
+    with llama_server(BIN / "llama-server", trunk, draft=draft, mtp=mtp, threads=1, spec_type=spec_type, n_max=n_max) as srv:
         outs = decode_all(srv, texts or prompts(), MAX_TOKENS)
     d, a = sum(c.drafted for c in outs), sum(c.accepted for c in outs)
     return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}

@@ -36,7 +36,8 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     **{f: (lambda folder, f=f: tiny_source(f, folder)) for f in FAMILIES}, "qwen3_6_moe": _variant("qwen3_6_moe"),
     # DeepSeek-V4 with bf16 dense weights: a value planted in an FP8 or E8M0 tensor would be a byte
     # pattern, and MLX rewrites the poisoned shard without those dtypes
-    "deepseek_v4": lambda folder: tiny_source("deepseek_v4", folder, dense="bf16")}
+    "deepseek_v4": lambda folder: tiny_source("deepseek_v4", folder, dense="bf16"),
+    "deepseek_v4_dspark": lambda folder: tiny_source("deepseek_v4_dspark", folder, dense="bf16")}
 
 #: where the bad value goes: the head's input projection (a matrix, quantized or copied as is), its
 #: embedding-side norm (offset added before encoding), and any tensor of the head (``None``: one
@@ -85,8 +86,11 @@ def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str =
     if role is not None:
         role = next((parts[0] for whole, parts in spec.gguf_fused.items() if whole == role and not any(
             r.role == role for r in spec.rows())), role)
+    # a drafter with no embedding-side norm (DeepSeek-V4's DSpark): the norm after its input projection
+    if role == Role.PRE_FC_NORM_EMBEDDING and not any(r.role == role for r in spec.rows()):
+        role = Role.MAIN_NORM
     head = [k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
-            and spec.role_of(bare) is not None and not k.endswith("_scale_inv")]
+            and spec.role_of(bare) is not None and not k.endswith("_scale_inv") and not _packed(dst, weight_map[k], k)]
     rng = random.Random(draw)
     key = rng.choice(head) if role is None else next(k for k in head if spec.role_of(spec.strip_prefix(k, config) or "") == role)
     shard = dst / weight_map[key]
@@ -99,6 +103,14 @@ def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str =
 
     rewrite(shard, poison)
     return key
+
+
+def _packed(folder: Path, shard: str, key: str) -> bool:
+    """An FP4 expert's codes (integers, two a byte): no value there is NaN or Inf (E8M0's NaN
+    exponent has its own test, tests/test_deepseek_v4_gguf.py)."""
+    from mtpforge.checkpoint.safetensors_header import read_local_header
+
+    return read_local_header(folder / shard, shard).tensors[key].dtype in ("I8", "U8")
 
 
 def _refused(args: list[str], root: Path, key: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .deepseek_v3 import DEEPSEEK_V3
 from .deepseek_v32 import DEEPSEEK_V32
 from .deepseek_v4 import DEEPSEEK_V4
+from .deepseek_v4_dspark import DEEPSEEK_V4_DSPARK
 from .glm4_moe import GLM4_MOE
 from .glm4_moe_lite import GLM4_MOE_LITE
 from .glm_moe_dsa import GLM_MOE_DSA
@@ -23,6 +24,7 @@ from .step3p5 import STEP3P5
 #: every family mtpforge handles, by name (the ``family`` of inspect's JSON)
 FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5,
                                                   DEEPSEEK_V3, DEEPSEEK_V32, GLM_MOE_DSA, HY_V3,
-                                                  MIMO_V2_FLASH, QWEN4_EXP, DEEPSEEK_V4)}
+                                                  MIMO_V2_FLASH, QWEN4_EXP, DEEPSEEK_V4,
+                                                  DEEPSEEK_V4_DSPARK)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

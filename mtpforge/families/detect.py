@@ -23,6 +23,9 @@ def detect_family(config: Mapping[str, Any]) -> str | None:
              or mt is not None and mt == s.mlx_vlm_drafter_type]
     if not cands and nested:
         cands = [s for s in FAMILIES.values() if cfg.text_model_type in s.text_model_types]
+    # a release whose config carries a family's marker key is that family's (DeepSeek-V4-DSpark)
+    marked = [s for s in cands if s.config_marker is not None and s.config_marker in cfg.text_raw]
+    cands = marked or [s for s in cands if s.config_marker is None]
     return _pick(cands, is_moe(cfg))
 
 

@@ -128,6 +128,12 @@ class Role(str, Enum):
     HC_HEAD_FN = "hc_head_fn"
     HC_HEAD_BASE = "hc_head_base"
     HC_HEAD_SCALE = "hc_head_scale"
+    # a drafter of its own (DeepSeek-V4's DSpark): the norm after its input projection, a
+    # low-rank bigram bias on the draft logits and the per-position confidence score
+    MAIN_NORM = "main_norm"
+    MARKOV_W1 = "markov_w1"
+    MARKOV_W2 = "markov_w2"
+    CONF_PROJ = "conf_proj"
 
 
 #: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not
@@ -210,6 +216,32 @@ class MlxBackbone:
     inner: str = "model"
     embed: str = "embed_tokens"
     final_norm: str = "norm"
+
+
+@dataclass(frozen=True)
+class GgufDrafter:
+    """A head llama.cpp loads as a model of its own beside the trunk, not as its MTP block
+    (DeepSeek-V4's DSpark, architecture ``dflash``): the file's metadata is the trunk's under
+    ``arch`` with these changes, its blocks count from 0, it carries no trunk tensor. Each entry
+    is what the family's converter class writes (``gguf/meta.drafter_kv`` applies them)."""
+
+    #: the file's llama.cpp architecture and the ``--spec-type`` that loads it
+    arch: str
+    spec_type: str
+    #: the written file's name: ``<prefix><model name>-<TYPE>.gguf``
+    file_prefix: str
+    #: per-layer arrays (key after ``{arch}.``) rewritten with one entry per drafter block: a
+    #: shape symbol or a value
+    layer_arrays: Mapping[str, "str | int | float"] = field(default_factory=dict)
+    #: keys (after ``{arch}.``) set to a value, and keys the trunk states that the file does not
+    values: Mapping[str, int] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
+    #: keys added from the source's config, in order, before ``before`` (``{arch}`` filled) or,
+    #: with ``tail`` keys, after everything: gguf key -> (config key, value type, added to each
+    #: entry of a list)
+    added: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
+    before: str = "general.quantization_version"
+    tail: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -342,6 +374,11 @@ class FamilySpec:
     #: ``general.file_type`` of the family's MTP-only file where its converter fixes it (DeepSeek-V4:
     #: 38, MXFP4 MoE); None: the precision's
     gguf_file_type: int | None = None
+    #: the head is a drafter llama.cpp loads as a model of its own (``GgufDrafter``), not an MTP
+    #: block; ``config_marker``: the config key whose presence tells such a release from the
+    #: family's other one (DeepSeek-V4-Flash-DSpark's ``dspark_block_size``)
+    gguf_drafter: "GgufDrafter | None" = None
+    config_marker: str | None = None
     #: the trunk hidden state llama.cpp's MTP graph for this family hands the head (its
     #: ``t_h_nextn``): ``post`` (after ``output_norm``: Qwen, GLM, DeepSeek, ...) or ``pre``
     #: (``mimo2.cpp`` takes it before the norm); what ``verify`` of a GGUF reports

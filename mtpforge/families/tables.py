@@ -81,6 +81,9 @@ def _family_dim(cfg: Any, key: str) -> Any:
     refused naming the key): per-family keys stay in their family's ``dim_keys``."""
     from ..inputs.model_config import MAX_DIM
 
+    if key.startswith("#"):  # a list's length (DSpark's target layers)
+        listed = cfg.text_raw.get(key[1:])
+        return len(listed) if isinstance(listed, list) else None
     one = _lookup(cfg.text, key)
     if one is not None or "." in key or key in type(cfg.text).model_fields:
         return one

@@ -36,7 +36,7 @@ from ..progress import Progress
 from ..results import AddResult, DryRunFacts
 from .gguffile import GgufFile, read_local
 from .head import FILE_TYPES, HeadTensor, is_quantized, parse_precision, plan_head, tensor_chunks
-from .meta import mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
+from .meta import drafter_kv, mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
 from ..writer.lock import folder_lock
@@ -268,10 +268,14 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
         raise RefusedError(f"a {family} head cannot be appended to its trunk: llama.cpp keeps one "
                            f"{', '.join(FAMILIES[family].gguf_root_names.values())} per file, the trunk's, and the head has its own",
                            "write the MTP-only file beside the trunk (the default --layout), as llama.cpp's converter does")
-    plan = plan_head(src.entries, src.config, n_trunk, prec, src.expert_format, keep_fc)
+    drafter = FAMILIES[family].gguf_drafter
+    # a drafter of its own numbers its blocks from 0; an MTP block follows the trunk's
+    plan = plan_head(src.entries, src.config, 0 if drafter else n_trunk, prec, src.expert_format, keep_fc)
     if "token_embd.weight" not in trunk.tensors:
         raise RefusedError(f"{tpath.name} has no token_embd.weight", "re-convert the trunk with llama.cpp's converter")
-    dest, carried = _destination(trunk, tpath, row, prec, output)
+    dest, carried = _destination(trunk, tpath, row, prec, output, drafter.file_prefix if drafter else "mtp-")
+    if drafter:  # it reads the trunk's embeddings and output through llama.cpp, never a copy
+        carried = []
     full_fc = keep_fc and is_quantized(prec)
     sizes = {f: src.store.size(f) for f in {i.file for i in src.entries.values()}}
     fingerprint = {
@@ -287,7 +291,7 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
         "copied_from_trunk": [t.name for t in carried] if row.beside_trunk else f"{len(carried)} tensors",
         "copied_bytes": sum(t.nbytes for t in carried),
         "revision": src.commit, "fetched_bytes": 0, "manifest": str(manifest_path(dest)), "notes": [],
-        "run": (f"llama-server -m {tpath} -md {dest} --spec-type draft-mtp" if row.beside_trunk
+        "run": (f"llama-server -m {tpath} -md {dest} --spec-type {_spec_type(family)}" if row.beside_trunk
                 else f"llama-server -m {dest} --spec-type draft-mtp"),
     }
     if keep_fc and not full_fc:
@@ -296,10 +300,17 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
                        fingerprint, report)
 
 
-def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, output: str | None) -> tuple[Path, list[Any]]:
+def _spec_type(family: str) -> str:
+    """The ``--spec-type`` llama-server loads the family's head with."""
+    d = FAMILIES[family].gguf_drafter
+    return d.spec_type if d else "draft-mtp"
+
+
+def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, output: str | None,
+                 prefix: str = "mtp-") -> tuple[Path, list[Any]]:
     """The file written and the trunk tensors it carries (the shared ones, or all of them)."""
     if row.beside_trunk:
-        dest = Path(output).expanduser() if output else tpath.parent / mtp_file_name(trunk.kv, prec, tpath.stem)
+        dest = Path(output).expanduser() if output else tpath.parent / mtp_file_name(trunk.kv, prec, tpath.stem, prefix)
         carried = [trunk.tensors[n] for n in SHARED_TENSORS if n in trunk.tensors]
     else:
         if not output:
@@ -325,7 +336,11 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
     out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]
     prec = g.report["precision"]
     meta = mtp_meta(FAMILIES[g.family], dims(src.config))
-    if g.row.beside_trunk:
+    drafter = FAMILIES[g.family].gguf_drafter
+    if drafter:
+        kv = drafter_kv(trunk.kv, trunk.arch, FAMILIES[g.family], n_mtp, dims(src.config), src.config,
+                        [(t.name, t.shape) for t in out], int(trunk.get("{arch}.expert_count", 0) or 0))
+    elif g.row.beside_trunk:
         own = FAMILIES[g.family].gguf_file_type
         kv = mtp_only_kv(trunk.kv, trunk.arch, n_trunk, n_mtp, FILE_TYPES[prec] if own is None else own,
                          [(t.name, t.shape) for t in out],
@@ -340,7 +355,8 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
         check = read_local(tmp)
         want = {t.name: (t.type, t.shape) for t in out}
         got = {n: (t.type, t.shape) for n, t in check.tensors.items()}
-        if want != got or check.block_count != n_trunk + n_mtp or check.nextn_layers != n_mtp:
+        blocks, nextn = (n_mtp, 0) if drafter else (n_trunk + n_mtp, n_mtp)
+        if want != got or check.block_count != blocks or check.nextn_layers != nextn:
             raise RefusedError("the written GGUF does not read back as planned; nothing was changed",
                                "report this with `mtpforge env` output")
         manifest["file_sha256"] = sha
@@ -352,7 +368,7 @@ def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progre
     prog.step(f"writing {dest.name} ({g.row.name})")
     try:
         with prog.bytes_bar("writing", sum(t.nbytes for t in out)) as advance:
-            write_gguf(dest, trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
+            write_gguf(dest, drafter.arch if drafter else trunk.arch, kv, out, on_bytes=advance, before_commit=commit)
         # head first (renamed in by write_gguf), then the record that describes it, then the card
         os.replace(staged[0], manifest_path(dest))
     finally:
@@ -405,7 +421,7 @@ def _card(g: GgufAddPlan, manifest: dict[str, Any]) -> tuple[bytes | None, dict[
     recorded = old.model_card.model_dump(exclude_unset=True) if old is not None and old.model_card is not None else None
     view = {**manifest, "expert_format": manifest["expert_format"]["written"]}
     run = (f"llama-server -m {g.trunk.name} -md {g.dest.name}" if g.row.beside_trunk else f"llama-server -m {g.dest.name}")
-    closing = f"Run it with `{run} --spec-type draft-mtp`; check it with `mtpforge inspect <trunk>.gguf`."
+    closing = f"Run it with `{run} --spec-type {_spec_type(g.family)}`; check it with `mtpforge inspect <trunk>.gguf`."
     return card_beside(g.dest.parent, view, (_norms_said(g.family)[1], closing), recorded)
 
 

@@ -98,7 +98,7 @@ def mtp_only_kv(kv: dict[str, KV], arch: str, n_trunk: int, n_mtp: int, file_typ
     return out
 
 
-def mtp_file_name(kv: dict[str, KV], precision: str, fallback: str) -> str:
+def mtp_file_name(kv: dict[str, KV], precision: str, fallback: str, prefix: str = "mtp-") -> str:
     """``mtp-<name>.gguf`` as llama.cpp's converter names an MTP-only file (``--mtp``): gguf-py's
     naming convention on the model's name, without a size label, with the file's type."""
     def s(key: str) -> str | None:
@@ -107,7 +107,7 @@ def mtp_file_name(kv: dict[str, KV], precision: str, fallback: str) -> str:
 
     name = gguf.naming_convention(s("general.name") or fallback, s("general.basename"), s("general.finetune"),
                                   s("general.version"), size_label=None, output_type=precision.upper(), model_type=None)
-    return f"mtp-{safe_file_stem(name, f'-{precision.upper()}')}.gguf"
+    return f"{prefix}{safe_file_stem(name, f'-{precision.upper()}')}.gguf"
 
 
 #: bytes of a head's name stem: with ``mtp-``, ``.gguf``, the record's ``.mtpforge.json`` and a
@@ -126,3 +126,56 @@ def safe_file_stem(name: str, tail: str) -> str:
     base = name[: -len(tail)] if tail and name.endswith(tail) else name
     room = MAX_STEM_BYTES - len(tail.encode("utf-8"))
     return base.encode("utf-8")[:room].decode("utf-8", "ignore") + tail
+
+
+#: the value types a drafter's added keys are written in (``GgufDrafter.added`` / ``tail``)
+_TYPES = {"u32": gguf.GGUFValueType.UINT32, "i32": gguf.GGUFValueType.INT32}
+
+
+def _added(key: str, src: tuple[str, str, int], config: Mapping[str, object]) -> KV:
+    """One key a drafter's converter adds from the source's config (a list: each entry plus
+    the row's offset, llama.cpp's 1-based layer outputs)."""
+    ckey, typ, plus = src
+    v = config.get(ckey)
+    if isinstance(v, list) and all(isinstance(x, int) for x in v):
+        return KV([int(x) + plus for x in v], gguf.GGUFValueType.ARRAY, _TYPES[typ])
+    if isinstance(v, int) and not isinstance(v, bool):
+        return KV(v + plus, _TYPES[typ])
+    from ..errors import CorruptFileError
+
+    raise CorruptFileError(f"the source's config.json has no integer {ckey} (for {key})",
+                           "pass the config.json of the release as published")
+
+
+def drafter_kv(kv: dict[str, KV], arch: str, spec: FamilySpec, n_blocks: int, dims: Mapping[str, object],
+               config: Mapping[str, object], tensors: list[tuple[str, tuple[int, ...]]], expert_count: int) -> dict[str, KV]:
+    """The metadata of a drafter llama.cpp loads as a model of its own (``FamilySpec.gguf_drafter``):
+    the trunk's, in its order, under the drafter's architecture, with ``n_blocks`` blocks, its
+    per-layer arrays one entry per block, its values set or dropped, the config's keys added where
+    the converter adds them, the file's own size label and type."""
+    d = spec.gguf_drafter
+    assert d is not None
+    old, new = f"{arch}.", f"{d.arch}."
+    arrays = {new + k: dims[v] if isinstance(v, str) else v for k, v in d.layer_arrays.items()}
+    out: dict[str, KV] = {}
+    for k, v in kv.items():
+        k = new + k.removeprefix(old) if k.startswith(old) else k
+        if k.removeprefix(new) in d.dropped:
+            continue
+        if k == d.before.format(arch=d.arch):
+            out.update({new + a: _added(a, src, config) for a, src in d.added.items()})
+        if k == new + "block_count":
+            v = KV(n_blocks, v.type)
+        elif k in arrays and isinstance(v.value, list):
+            v = KV([arrays[k]] * n_blocks, v.type, v.sub_type)
+        elif k.removeprefix(new) in d.values:
+            v = KV(d.values[k.removeprefix(new)], v.type)
+        elif k == "general.architecture":
+            v = KV(d.arch, v.type)
+        out[k] = v
+    out.update({a: _added(a, src, config) for a, src in d.tail.items()})
+    if spec.gguf_file_type is not None and "general.file_type" in out:
+        out["general.file_type"] = KV(spec.gguf_file_type, out["general.file_type"].type)
+    if "general.size_label" in out:
+        out["general.size_label"] = KV(size_label(tensors, expert_count), out["general.size_label"].type)
+    return out

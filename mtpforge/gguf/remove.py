@@ -83,12 +83,16 @@ def _checked(head: Path) -> GgufManifestFile:
 
 def _holds_mtp_block(head: Path) -> bool:
     """Whether ``head`` is a GGUF with NextN tensors (what add-mtp writes: an MTP-only file or a
-    trunk with its tail), read by the bounded header walk."""
+    trunk with its tail) or a drafter of a family's own architecture (DSpark's ``dflash``), read
+    by the bounded header walk."""
     from ..errors import MtpforgeError
+    from ..families import FAMILIES
     from .gguffile import read_local
 
+    drafters = {s.gguf_drafter.arch for s in FAMILIES.values() if s.gguf_drafter}
     try:
-        return any(".nextn." in n for n in read_local(head).tensors)
+        g = read_local(head)
+        return g.arch in drafters or any(".nextn." in n for n in g.tensors)
     except MtpforgeError:
         return False
 

@@ -102,16 +102,18 @@ def _tail(p: Path, n: int = 600) -> str:
 
 @contextlib.contextmanager
 def llama_server(binary: Path, model: Path, *, draft: Path | None = None, mtp: bool = False, n_max: int = 1,
-                 ctx: int = 4096, threads: int | None = None, extra: Sequence[str] = ()) -> Iterator[Server]:
+                 ctx: int = 4096, threads: int | None = None, extra: Sequence[str] = (),
+                 spec_type: str = "draft-mtp") -> Iterator[Server]:
     """A running llama-server for ``model``; with ``mtp``, speculative decoding with draft-mtp
-    (the head from ``draft``, an MTP-only GGUF, or from the model's own NextN tail)."""
+    (the head from ``draft``, an MTP-only GGUF, or from the model's own NextN tail); a drafter
+    llama.cpp loads as a model of its own names its ``spec_type`` (DSpark: ``draft-dspark``)."""
     port = _free_port()
     args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx), "-np", "1",
             "--no-webui", "-t", str(threads or min(4, os.cpu_count() or 1))]
     if draft is not None:
         args += ["-md", str(draft)]
     if mtp or draft is not None:
-        args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max)]
+        args += ["--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]
     args += list(extra)
     with tempfile.NamedTemporaryFile(prefix="mtpforge-llama-server-", suffix=".log", delete=False) as lf:
         log = Path(lf.name)

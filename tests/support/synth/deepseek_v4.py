@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import mlx.core as mx
 import numpy as np
@@ -268,9 +268,13 @@ def build_deepseek_v4(out_dir: str | Path, *, seed: int = 0, dense: str = "fp8",
     config = tiny_config(**overrides)
     if dense == "bf16":
         config.pop("quantization_config")
-    out = Path(out_dir)
+    return _write(Path(out_dir), config, _tensors(config, seed, dense), n_shards)
+
+
+def _write(out: Path, config: dict[str, Any], tensors: dict[str, tuple[str, list[int], bytes]], n_shards: int = 2) -> Path:
+    """The checkpoint's shards (sorted names split evenly: ``mtp.*`` shares the last shard with
+    trunk tensors, as the release's do), index, config, tokenizer and generation config."""
     out.mkdir(parents=True, exist_ok=True)
-    tensors = _tensors(config, seed, dense)
     names = sorted(tensors)  # "embed", "head", "hc_*", "layers.*", "mtp.*", "norm": mtp shares the last shard
     per = -(-len(names) // n_shards)
     weight_map: dict[str, str] = {}
@@ -303,4 +307,94 @@ def head_keys(folder: Path) -> list[str]:
     return sorted(k for k in json.loads((folder / INDEX).read_text())["weight_map"] if k.startswith("mtp."))
 
 
-__all__ = ["CONFIG", "build_deepseek_v4", "build_deepseek_v4_bf16", "head_keys", "tiny_config"]
+
+
+# ----------------------------------------------------------------------------- DSpark
+
+#: the DSpark drafter's config keys (read by llama.cpp's converter ``--dspark``), tiny values:
+#: drafts per block, the trunk layers whose hidden states feed ``main_proj`` (0-based; the GGUF
+#: states them + 1), the token that fills a block's undrafted slots, the Markov head's rank
+DSPARK_CONFIG: dict[str, Any] = {"dspark_block_size": 4, "dspark_target_layer_ids": [0, 1],
+                                 "dspark_noise_token_id": 505, "dspark_markov_rank": 64}
+
+
+def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The drafter's tensors outside its stages (bare names; the release keeps them under the
+    first stage's prefix ``mtp.0.``, where the converter takes them from any stage): ``main_proj``
+    reads the target layers' hidden states side by side, ``main_norm`` normalizes its output,
+    ``norm`` / ``hc_head_*`` close the last stage, the Markov head is a rank-R bigram bias on the
+    draft logits and the confidence head scores a drafted position from [hidden | markov]."""
+    h, hc, v, r = c["hidden_size"], c["hc_mult"], c["vocab_size"], c["dspark_markov_rank"]
+    t = len(c["dspark_target_layer_ids"])
+    return {"main_proj.weight": (h, t * h), "main_norm.weight": (h,), "norm.weight": (h,),
+            "hc_head_fn": (hc, hc * h), "hc_head_base": (hc,), "hc_head_scale": (1,),
+            "markov_head.markov_w1.weight": (v, r), "markov_head.markov_w2.weight": (v, r),
+            "confidence_head.proj.weight": (1, h + r)}
+
+
+#: the fitted Markov head's code length: its bias is ``MARKOV_GAIN²`` for the bigram's next token
+MARKOV_GAIN = 12.0
+
+
+def _markov(c: dict[str, Any], bigrams: Mapping[int, int], seed: int) -> dict[str, np.ndarray]:
+    """A Markov head that drafts ``bigrams`` (token -> the token the trunk writes after it):
+    every token a random unit code of the rank's length (``markov_w1``: code x gain), each next
+    token the sum of its predecessors' codes (``markov_w2``), so the bias ``w2 · w1[prev]`` is
+    gain² on the bigram's next token and about gain² / sqrt(rank) elsewhere — larger than the
+    untrained stages' logits, so the draft is the bigram chain."""
+    v, r = c["vocab_size"], c["dspark_markov_rank"]
+    codes = _rng(seed, "markov-codes").standard_normal((v, r)).astype(np.float32)
+    codes /= np.linalg.norm(codes, axis=1, keepdims=True)
+    w2 = np.zeros((v, r), np.float32)
+    for prev, nxt in bigrams.items():
+        w2[nxt] += codes[prev]
+    g = np.float32(MARKOV_GAIN)
+    return {"mtp.0.markov_head.markov_w1.weight": codes * g, "mtp.0.markov_head.markov_w2.weight": w2 * g}
+
+
+def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str,
+                    bigrams: Mapping[int, int] | None = None) -> dict[str, tuple[str, list[int], bytes]]:
+    """The drafter's ``mtp.*`` tensors: ``stages`` (three by default: not the trunk's layer
+    count) uncompressed, unhashed DeepSeek-V4 decoder layers (``mtp.{s}.``, each with its FP4
+    experts) and the root tensors under ``mtp.0.``."""
+    out: dict[str, tuple[str, list[int], bytes]] = {}
+    floats: dict[str, tuple[int, ...]] = {"mtp.0." + k: s for k, s in dspark_root_shapes(c).items()}
+    for s in range(stages):
+        p = f"mtp.{s}."
+        floats |= {p + k: shape for k, shape in layer_shapes(c, 0, False).items()}
+        for x in range(c["n_routed_experts"]):
+            for w, shape in expert_shapes(c).items():
+                name = f"{p}ffn.experts.{x}.{w}"
+                packed, exps = fp4_packed(name, shape, seed)
+                out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
+                out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
+    fitted = _markov(c, bigrams, seed) if bigrams else {}
+    for name, shape in floats.items():
+        w = fitted[name] if name in fitted else _draw(name, shape, seed)
+        if dense == "fp8" and name.endswith((*FP8_SUFFIXES, "main_proj.weight")):
+            codes, exps = fp8_e8m0(w)
+            out[name] = ("F8_E4M3", list(shape), codes)
+            out[name.removesuffix(".weight") + ".scale"] = ("F8_E8M0", list(exps.shape), exps.tobytes())
+        elif name.endswith(F32_SUFFIXES):
+            out[name] = ("F32", list(shape), w.tobytes())
+        else:
+            out[name] = ("BF16", list(shape), bf16_bytes(w))
+    return out
+
+
+def build_deepseek_v4_dspark(out_dir: str | Path, *, seed: int = 0, stages: int = 3, dense: str = "fp8",
+                             bigrams: Mapping[int, int] | None = None, **overrides: Any) -> Path:
+    """A tiny ``-DSpark`` release: the DeepSeek-V4 trunk with the DSpark drafter in ``mtp.*``
+    instead of the MTP layer (``num_nextn_predict_layers`` 0) and the ``dspark_*`` config keys
+    (``dense="bf16"``: the dense projections bf16, the variant a test can edit in place). The
+    stages are untrained; ``bigrams`` (what the trunk writes after each token, measured by
+    decoding with it: its trunk does not depend on them) fit the Markov head so that it drafts."""
+    config = tiny_config(num_nextn_predict_layers=0, compress_ratios=CONFIG["compress_ratios"][:-1],
+                         **DSPARK_CONFIG, **overrides)
+    if dense == "bf16":
+        config.pop("quantization_config")
+    return _write(Path(out_dir), config, _tensors(config, seed, dense) | _dspark_tensors(config, stages, seed, dense, bigrams))
+
+
+__all__ = ["CONFIG", "DSPARK_CONFIG", "build_deepseek_v4", "build_deepseek_v4_bf16", "build_deepseek_v4_dspark",
+           "head_keys", "tiny_config"]
