@@ -54,7 +54,7 @@ def write_plan(
     specs = plan.specs()
     with SafetensorsWriter(path, specs, metadata or {"format": "mlx"}) as w:
         for m in plan.modules:
-            names = {s.key[len(plan.prefix + m.bare):] or "": s.key for s in m.specs(plan.prefix)}
+            names = {s.key[len(plan.placement.key(m.bare)):] or "": s.key for s in m.specs(plan.placement)}
             n = len(m.slices)
             for e, sl in enumerate(m.slices):
                 info = entries[sl.src]
