@@ -66,6 +66,11 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
             super().__init__()
             self.layers = [Step(args.num_hidden_layers + i) for i in range(n_steps)]
 
+        def load_weights(self, weights: Any, strict: bool = True) -> nn.Module:
+            """Takes the stored bare keys (``{i}.rest``) as they are, for every caller (the norm
+            checks load a head's stored norms onto it)."""
+            return super().load_weights(list(under_steps(dict(weights)).items()), strict=strict)
+
         def make_cache(self) -> list[Any]:
             return [RotatingKVCache(max_size=window) if getattr(s, "is_sliding", False) and window else KVCache()
                     for s in self.layers]
@@ -87,4 +92,4 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
 
 def under_steps(named: Mapping[str, Any]) -> dict[str, Any]:
     """Stored bare keys (``{i}.rest``, or module paths) as the head's parameter names."""
-    return {STEPS + k: v for k, v in named.items()}
+    return {(k if k.startswith(STEPS) else STEPS + k): v for k, v in named.items()}

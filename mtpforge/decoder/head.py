@@ -125,7 +125,7 @@ def build_head(
         from .appended import appended_head, under_steps
 
         head = appended_head(spec.head_layer(), args, 1 + max(mtp_layers_of(tensors, family), default=0))
-        tensors, quant = under_steps(tensors), under_steps(quant or {})
+        quant = under_steps(quant or {})  # module paths; its load_weights takes the bare keys
     elif spec.topology.nextn:
         from .nextn import nextn_head
 
