@@ -235,3 +235,67 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bit patterns, rounded to nearest even (as MLX casts)."""
     u = x.astype(np.float32).view(np.uint32)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@pytest.mark.xdist_group("conformance")
+def test_a_quantized_head_and_the_runtimes_that_do_not_draft_it(step: tuple[Path, int], mlx_target: Path,
+                                                                tmp_path: Path) -> None:
+    """MTPLX's ``step3p5_mtp`` builds float linears and checks the stored names and shapes against
+    them before anything could quantize them: a 4-bit head fails its load (measured, in its own
+    words), add-mtp says so before writing and inspect --runtime mtplx reports it as an error. The
+    other MLX runtimes have no MTP path for Step-3.5, each in its own words."""
+    from tests import mlx_judged as judged
+
+    judged.require_mtplx()
+    src, k = step
+    if k != 1:
+        pytest.skip("one MTP layer is enough: the checks do not depend on the count")
+    folder = tmp_path / "q4"
+    shutil.copytree(mlx_target, folder)
+    rep = judged.add_mtp(src, folder, "--runtime", "mtplx", "--precision", "4")
+    words = "Step MTP overlay does not match runtime module tree"
+    assert any(x.startswith("will not work in mtplx") and words in x for x in rep["notes"]), rep["notes"]
+    codes = {f["code"]: f for f in json.loads(judged.mtpforge("inspect", str(folder), "--json", "--runtime",
+                                                               "mtplx").stdout)["findings"]}
+    assert codes["RUNTIME_QUANT_UNSUPPORTED"]["severity"] == "error", codes
+    p = judged.mtplx_run(judged.MTPLX_PROBE, folder)
+    assert p.returncode != 0 and words in p.stderr and "extra=['layers.0.eh_proj.biases'" in p.stderr, p.stderr[-800:]
+    for runtime in ("vllm-mlx", "mlx-vlm", "exo", "omlx", "mlx-lm-mtp"):
+        judged.runtime_says_it_does_not_draft(src, mlx_target, tmp_path / "nodraft", runtime, "step3p5", "Step-3.5")
+
+
+def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path, int], mlx_target: Path,
+                                                                tmp_path: Path) -> None:
+    """The head's seven norm kinds are zero-centred in the release and +1 in the MLX head: a head
+    whose norms were left raw or shifted a second time (every MTP layer's) is found by inspect
+    --source, and repair-norms --source puts back exactly the tensors add-mtp wrote. (MTPLX itself
+    adds 1 to a stored norm whose mean is below 0.5: that rescues a raw head of small norms, and
+    inspect --runtime mtplx warns that it re-shifts.)"""
+    import mlx.core as mx
+
+    from tests import mlx_judged as judged
+
+    src, k = step
+    good = tmp_path / "good"
+    shutil.copytree(mlx_target, good)
+    judged.add_mtp(src, good)
+    written = mx.load(str(good / "mtp.safetensors"))
+    for name, delta, code in (("raw", -1.0, "MTP_NORMS_RAW"), ("double", 1.0, "MTP_NORMS_DOUBLE_SHIFTED")):
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        w = {key: (v.astype(mx.float32) + delta).astype(v.dtype) if key.endswith("norm.weight") else v
+             for key, v in written.items()}
+        mx.save_safetensors(str(folder / "mtp.safetensors"), w, metadata={"format": "mlx"})
+        r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(src))
+        rep = json.loads(r.stdout)
+        assert r.returncode == 1 and [f["code"] for f in rep["findings"]] == [code], rep["findings"]
+        if name == "raw":
+            r = judged.mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx")
+            assert "RUNTIME_RESHIFTS_NORMS" in {f["code"] for f in json.loads(r.stdout)["findings"]}, r.stdout
+        r = judged.mtpforge("repair-norms", str(folder), "--source", str(src), "--json")
+        fixed = json.loads(r.stdout)
+        assert r.returncode == 0 and fixed["evidence"] == "source" and len(fixed["changed_norms"]) == 7 * k, fixed
+        got = mx.load(str(folder / "mtp.safetensors"))
+        assert all(mx.array_equal(got[key], v).item() for key, v in written.items())
+        r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(src))
+        assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
