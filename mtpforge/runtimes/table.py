@@ -11,7 +11,8 @@ cannot be installed here.
 from __future__ import annotations
 
 from .norms import below_half, mtplx_two_signal
-from .quant import (default_quant, every_linear_but_fc_quant, float_router_quant, mtplx_float_loads, mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
+from .quant import (default_quant, every_linear_but_fc_quant, float_router_quant, mtplx_float_loads,
+                    mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
                     mtplx_template_quant, one_precision_loads, one_precision_quant, vllm_next_loads, vllm_next_quant,
                     whole_head_loads, whole_head_quant)
 from ..families.spec import STACKED
@@ -86,7 +87,8 @@ _NO_QWEN4_EXP = {
 
 #: Step-3.5 (docs/families/step3p5.md §6): only MTPLX's step3p5_mtp drafts it among the MLX runtimes
 _NO_STEP3P5 = {
-    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not Step-3.5 (mlx-lm's step3p5 sanitize drops the MTP layers)",
+    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not Step-3.5 "
+                  "(mlx-lm's step3p5 sanitize drops the MTP layers)",
     "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not Step-3.5",
     "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not Step-3.5",
     "mlx-vlm": "mlx-vlm 0.7.10 has no Step-3.5 MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists no step3p5)",
