@@ -299,3 +299,17 @@ def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path
         assert all(mx.array_equal(got[key], v).item() for key, v in written.items())
         r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(src))
         assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
+
+
+def test_add_mtp_from_the_hub_fetches_only_the_mtp_layers(step: tuple[Path, int], mlx_target: Path, hub,
+                                                          tmp_path: Path) -> None:
+    """From the (loopback) Hub only the appended MTP layer's tensors come over the wire (≤ 1.01 ×
+    their bytes), and the sidecar equals the one written from the local source, byte for byte."""
+    from tests import mlx_judged as judged
+
+    src, k = step
+    if k != 1:
+        pytest.skip("one MTP layer: its prefix names exactly the head's tensors")
+    n = tiny_config(num_nextn_predict_layers=k)["num_hidden_layers"]
+    got = judged.hub_fetches_only_the_sidecars_tensors(hub, src, mlx_target, tmp_path, f"model.layers.{n}.", ())
+    assert got["fetched"] <= 1.01 * got["head"]
