@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlx_lm.models.cache import KVCache
 
 #: the head's parameters sit under this list (``layers.{i}.``); the stored bare keys lack it
 STEPS = "layers."
@@ -71,9 +71,11 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
             checks load a head's stored norms onto it)."""
             return super().load_weights(list(under_steps(dict(weights)).items()), strict=strict)
 
-        def make_cache(self) -> list[Any]:
-            return [RotatingKVCache(max_size=window) if getattr(s, "is_sliding", False) and window else KVCache()
-                    for s in self.layers]
+        def make_cache(self) -> list[KVCache]:
+            """A plain KV cache per step, its sliding window applied by the mask: trimmable
+            whatever the length, as the decoder's rollback needs (a rotating cache is not, once
+            full)."""
+            return [KVCache() for _ in self.layers]
 
         def __call__(self, hidden: mx.array, embeddings: mx.array, cache: list[Any] | None = None,
                      layer: int = 0) -> mx.array:
