@@ -196,8 +196,8 @@ def test_add_mtp_writes_every_mtp_layer_as_mtplx_loads_and_drafts_it(step: tuple
     else byte for byte; MTPLX's ``step3p5_mtp`` loads it (MTP enabled), drafts and decodes as its
     plain decode; inspect --runtime mtplx finds nothing; verify decodes as plain greedy decoding,
     and its head drafts what MTPLX's head drafts at every position, with either hidden variant
-    (the two variants draft differently, so the comparison can fail); ``--runtime mtplx`` writes
-    the same bytes."""
+    (the two variants draft differently, so the comparison can fail), also past the sliding window;
+    ``--runtime mtplx`` writes the same bytes."""
     from tests import mlx_judged as judged
 
     judged.require_mtplx()
@@ -222,6 +222,10 @@ def test_add_mtp_writes_every_mtp_layer_as_mtplx_loads_and_drafts_it(step: tuple
     mine, theirs = _decoder_preds(folder), json.loads(
         judged.mtplx_run(HEAD_PREDS, folder, json.dumps(SEQ)).stdout.strip().splitlines()[-1])
     assert mine == theirs and mine["pre"] != mine["post"], (mine, theirs)
+    # past the sliding window (128 in the tiny config): the rollback trims every cache
+    v = judged.mtpforge("verify", str(folder), "--generate", "--json", "--max-tokens", "160", "--hidden", "pre",
+                        "--prompt", "The cat sees the red ball in the garden and")
+    assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
     shutil.copytree(mlx_target, tmp_path / "runtime")
     judged.add_mtp(src, tmp_path / "runtime", "--runtime", "mtplx")
     assert (tmp_path / "runtime" / "mtp.safetensors").read_bytes() == (folder / "mtp.safetensors").read_bytes()
