@@ -63,7 +63,7 @@ def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> 
     """One job per row block of every slice, in the plan's order; the source is read here (one
     reader, in order), the conversion runs in the job."""
     for m in plan.modules:
-        names = {s.key[len(plan.prefix + m.bare):] or "": s.key for s in m.specs(plan.prefix)}
+        names = {s.key[len(plan.placement.key(m.bare)):] or "": s.key for s in m.specs(plan.placement)}
         n = len(m.slices)
         for e, sl in enumerate(m.slices):
             info = entries[sl.src]

@@ -45,13 +45,14 @@ class OutModule:
     #: what the norm pass adds (the family spec's ``offset_of``: 0 but for zero-centred norms)
     offset: float = 0.0
 
-    def specs(self, prefix: str) -> list[TensorSpec]:
+    def specs(self, placement: Placement) -> list[TensorSpec]:
+        base = placement.key(self.bare)
         if self.q is None:
             st = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[self.float_dtype]
-            name = prefix + self.bare + (".weight" if self.has_weight_suffix else "")
+            name = base + (".weight" if self.has_weight_suffix else "")
             return [TensorSpec(name, st, self.shape)]
         return [
-            TensorSpec(prefix + self.bare + sfx, dt, shp)
+            TensorSpec(base + sfx, dt, shp)
             for sfx, (shp, dt) in quantized_shapes(self.shape, self.q, self.float_dtype).items()
         ]
 
@@ -69,15 +70,11 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def prefix(self) -> str:
-        return self.placement.prefix
-
-    @property
     def file(self) -> str:
         return self.placement.file
 
     def specs(self) -> list[TensorSpec]:
-        return [s for m in self.modules for s in m.specs(self.prefix)]
+        return [s for m in self.modules for s in m.specs(self.placement)]
 
     @property
     def mtp_tensors(self) -> int:

@@ -52,7 +52,10 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          "tests/test_reliability.py::test_a_second_run_while_the_first_downloads_is_refused_and_the_original_survives",
                          # mlx-vlm's own decode loop, plain and drafting, on the tiny Qwen3.8-Flash-Next
                          "tests/test_family_qwen4_exp.py::test_mlx_vlm_drafts",
-                         "tests/test_family_qwen4_exp.py::test_the_bf16_drafter")
+                         "tests/test_family_qwen4_exp.py::test_the_bf16_drafter",
+                         # MTPLX's step3p5_mtp on Step-3.5's MLX head, one and three MTP layers (~2.5 min)
+                         "tests/test_family_step3p5.py::test_add_mtp_writes", "tests/test_family_step3p5.py::test_a_quantized",
+                         "tests/test_family_step3p5.py::test_norms_left")
 
 
 @pytest.hookimpl(tryfirst=True)

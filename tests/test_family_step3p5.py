@@ -14,6 +14,7 @@ that conversion/step3.py reads, so the unmodified run stops with ``KeyError``.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -130,58 +131,189 @@ def test_llama_cpp_mtp_file_and_draft(step: tuple[Path, int], tmp_path: Path) ->
     assert runs["draft_mtp_file"]["identical_to_plain"]
 
 
-@pytest.mark.xdist_group("conformance")
-def test_mlx_lm_convert_drops_the_mtp_layers_and_mtplx_drafts_from_a_sidecar_of_them(step: tuple[Path, int],
-                                                                                   tmp_path: Path) -> None:
-    """mtpforge writes this family for llama.cpp only; what a user of an MLX folder can do today,
-    measured: ``mlx_lm.convert`` drops every appended MTP layer and keeps
-    ``num_nextn_predict_layers``; inspect finds that and its fix names the MLX runtime that drafts
-    the head (MTPLX 2.12.2's ``step3p5_mtp``), which loads an ``mtp.safetensors`` of the source's
-    own ``model.layers.{N+i}.*`` tensors, drafts, and decodes exactly as its plain decode; inspect
-    reads such a folder (the head in the sidecar, every step's tensors counted) and verify says
-    in one line that it cannot decode this family's head from an MLX folder."""
+# ----------------------------------------------------------------------------- MLX (MTPLX's step3p5_mtp)
+
+#: the head's draft at every position of a fixed sequence, in MTPLX 2.12.2's own model (its
+#: ``mtp_forward`` over the whole sequence with a fresh head cache), with each trunk hidden variant
+HEAD_PREDS = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import standins
+standins.libsystem()
+import mlx.core as mx
+from mtplx import runtime as R
+rt = R.load(sys.argv[1], mtp=True)
+seq = mx.array([json.loads(sys.argv[3])])
+out = {}
+for v in ("pre_norm", "post_norm"):
+    _, hidden = rt.model(seq, cache=None, return_hidden=True, hidden_variant=v)
+    lg = rt.model.mtp_forward(hidden[:, :-1], seq[:, 1:], mtp_cache=rt.model.make_mtp_cache())
+    out[v[:-5]] = mx.argmax(lg[0], axis=-1).tolist()
+print(json.dumps(out))
+"""
+SEQ = [5, 17, 99, 230, 12, 40, 41, 42, 7, 300, 301, 8, 9, 10, 11, 250, 3, 77, 91, 400]
+
+
+@pytest.fixture(scope="module")
+def mlx_target(step: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real ``mlx_lm.convert`` of the tiny checkpoint (4-bit): mlx-lm 0.32's ``step3p5``
+    sanitize drops every appended MTP layer and keeps ``num_nextn_predict_layers``."""
+    from tests.support.synth import convert_to_mlx
+
+    src, k = step
+    mlx = convert_to_mlx(src, tmp_path_factory.mktemp("step-mlx") / "tiny-step3p5-4bit", q_bits=4, q_group_size=32,
+                         dtype="float32")
+    assert json.loads((mlx / "config.json").read_text())["num_nextn_predict_layers"] == k
+    return mlx
+
+
+def _decoder_preds(folder: Path) -> dict[str, list[int]]:
+    """verify's decoder (mtpforge's backbone and head) on ``SEQ``: the head's greedy draft at
+    every position, with each hidden variant."""
     import mlx.core as mx
 
-    from mtpforge.families import FAMILIES
+    from mtpforge.decoder.backbone import load_backbone
+    from mtpforge.decoder.head import build_head
+    from mtpforge.layouts.read import load_head_weights
+
+    hw = load_head_weights(folder)
+    bb = load_backbone(folder, hw.family)
+    head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
+    out = {}
+    for v in ("pre", "post"):
+        _, h = bb(SEQ, bb.make_cache(), v)
+        z = head(h[:, :-1], bb.embed(SEQ[1:]), cache=head.make_cache())
+        out[v] = mx.argmax(head.logits(z, bb)[0], axis=-1).tolist()
+    return out
+
+
+@pytest.mark.xdist_group("conformance")
+def test_add_mtp_writes_every_mtp_layer_as_mtplx_loads_and_drafts_it(step: tuple[Path, int], mlx_target: Path,
+                                                                     tmp_path: Path) -> None:
+    """inspect finds the head ``mlx_lm.convert`` dropped and names add-mtp; plain add-mtp writes
+    ``mtp.safetensors`` with the source's own ``model.layers.{N+i}.*`` keys for every MTP layer,
+    bf16, the seven norms +1 (mlx-lm's ``ZeroCenteredRMSNorm`` multiplies as stored), everything
+    else byte for byte; MTPLX's ``step3p5_mtp`` loads it (MTP enabled), drafts and decodes as its
+    plain decode; inspect --runtime mtplx finds nothing; verify decodes as plain greedy decoding,
+    and its head drafts what MTPLX's head drafts at every position, with either hidden variant
+    (the two variants draft differently, so the comparison can fail), also past the sliding window;
+    ``--runtime mtplx`` writes the same bytes."""
     from tests import mlx_judged as judged
-    from tests.support.synth import convert_to_mlx
 
     judged.require_mtplx()
     src, k = step
     n = tiny_config(num_nextn_predict_layers=k)["num_hidden_layers"]
-    mlx = convert_to_mlx(src, tmp_path / "tiny-step3p5-4bit", q_bits=4, q_group_size=32, dtype="float32")
-    assert json.loads((mlx / "config.json").read_text())["num_nextn_predict_layers"] == k
-    rep = json.loads(judged.mtpforge("inspect", str(mlx), "--json").stdout)
-    (f,) = rep["findings"]
-    assert f["code"] == "MTP_CONFIG_WITHOUT_WEIGHTS" and "MTPLX 2.12.2 drafts it" in f["fix"], f
-    assert f["fix"].endswith(FAMILIES["step3p5"].mlx_drafted_by or "-")
-    head = {key: v for shard in sorted(src.glob("model*.safetensors")) for key, v in mx.load(str(shard)).items()
-            if any(key.startswith(f"model.layers.{n + i}.") for i in range(k))}  # as stored: bf16
-    assert {v.dtype for v in head.values()} == {mx.bfloat16}
-    assert len(head) == 17 * k
-    mx.save_safetensors(str(mlx / "mtp.safetensors"), head, metadata={"format": "mlx"})
-    cfg = json.loads((mlx / "config.json").read_text())
-    cfg["mlx_lm_extra_tensors"] = {"mtp_file": "mtp.safetensors", "mtp_tensor_count": len(head)}
-    (mlx / "config.json").write_text(json.dumps(cfg))
-    got = judged.mtplx_drafts(mlx)
-    assert got["mtp_enabled"] and got["model"] == "_MTPLXStepModel" and got["identical"] and got["drafted"] > 0, got
-    # inspect reads the folder so made (it used to stop with an internal error: no MLX placement)
-    # (no MLX convention of mtpforge's to hold its norms to: MTPLX takes the release's raw norms)
-    for extra in ((), ("--runtime", "mtplx"), ("--source", str(src)), ("--source", str(src), "--runtime", "mtplx")):
-        r = judged.mtpforge("inspect", str(mlx), "--json", *extra)
+    judged.inspect_finds_the_dropped_head(mlx_target, "step3p5", "stepfun-ai/Step-3.5-Flash")
+    got = judged.mtplx_judges_the_head(src, mlx_target, tmp_path / "plain", [])
+    folder = tmp_path / "plain"
+    assert got["add"]["mtp_tensors"] == 17 * k and got["mtplx"]["model"] == "_MTPLXStepModel", got
+    assert got["verify"]["identical"] and got["verify"]["drafted"] > 0, got["verify"]
+    stored = judged.source_tensors(folder, "mtp.safetensors")
+    source = {key: v for key, v in judged.source_tensors(src).items()
+              if any(key.startswith(f"model.layers.{n + i}.") for i in range(k))}
+    assert set(stored) == set(source) and len(source) == 17 * k
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["mlx_lm_extra_tensors"] == {"mtp_file": "mtp.safetensors", "mtp_tensor_count": 17 * k}
+    for key, want in source.items():
+        bare = key.split(".", 3)[3]
+        if bare in NORMS:  # bf16 bit patterns: the source + 1 in float32, rounded to bf16
+            want = _bf16_bits(_from_bf16_bits(want) + 1.0)
+        np.testing.assert_array_equal(stored[key], want, err_msg=key)
+    mine, theirs = _decoder_preds(folder), json.loads(
+        judged.mtplx_run(HEAD_PREDS, folder, json.dumps(SEQ)).stdout.strip().splitlines()[-1])
+    assert mine == theirs and mine["pre"] != mine["post"], (mine, theirs)
+    # past the sliding window (128 in the tiny config): the rollback trims every cache
+    v = judged.mtpforge("verify", str(folder), "--generate", "--json", "--max-tokens", "160", "--hidden", "pre",
+                        "--prompt", "The cat sees the red ball in the garden and")
+    assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
+    shutil.copytree(mlx_target, tmp_path / "runtime")
+    judged.add_mtp(src, tmp_path / "runtime", "--runtime", "mtplx")
+    assert (tmp_path / "runtime" / "mtp.safetensors").read_bytes() == (folder / "mtp.safetensors").read_bytes()
+
+
+def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns, rounded to nearest even (as MLX casts)."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@pytest.mark.xdist_group("conformance")
+def test_a_quantized_head_and_the_runtimes_that_do_not_draft_it(step: tuple[Path, int], mlx_target: Path,
+                                                                tmp_path: Path) -> None:
+    """MTPLX's ``step3p5_mtp`` builds float linears and checks the stored names and shapes against
+    them before anything could quantize them: a 4-bit head fails its load (measured, in its own
+    words), add-mtp says so before writing and inspect --runtime mtplx reports it as an error. The
+    other MLX runtimes have no MTP path for Step-3.5, each in its own words."""
+    from tests import mlx_judged as judged
+
+    judged.require_mtplx()
+    src, k = step
+    if k != 1:
+        pytest.skip("one MTP layer is enough: the checks do not depend on the count")
+    folder = tmp_path / "q4"
+    shutil.copytree(mlx_target, folder)
+    rep = judged.add_mtp(src, folder, "--runtime", "mtplx", "--precision", "4")
+    words = "Step MTP overlay does not match runtime module tree"
+    assert any(x.startswith("will not work in mtplx") and words in x for x in rep["notes"]), rep["notes"]
+    codes = {f["code"]: f for f in json.loads(judged.mtpforge("inspect", str(folder), "--json", "--runtime",
+                                                               "mtplx").stdout)["findings"]}
+    assert codes["RUNTIME_QUANT_UNSUPPORTED"]["severity"] == "error", codes
+    p = judged.mtplx_run(judged.MTPLX_PROBE, folder)
+    assert p.returncode != 0 and words in p.stderr and "extra=['layers.0.eh_proj.biases'" in p.stderr, p.stderr[-800:]
+    for runtime in ("vllm-mlx", "mlx-vlm", "exo", "omlx", "mlx-lm-mtp"):
+        judged.runtime_says_it_does_not_draft(src, mlx_target, tmp_path / "nodraft", runtime, "step3p5", "Step-3.5")
+
+
+def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path, int], mlx_target: Path,
+                                                                tmp_path: Path) -> None:
+    """The head's seven norm kinds are zero-centred in the release and +1 in the MLX head: a head
+    whose norms were left raw or shifted a second time (every MTP layer's) is found by inspect
+    --source, and repair-norms --source puts back exactly the tensors add-mtp wrote. (MTPLX itself
+    adds 1 to a stored norm whose mean is below 0.5: that rescues a raw head of small norms, and
+    inspect --runtime mtplx warns that it re-shifts.)"""
+    import mlx.core as mx
+
+    from tests import mlx_judged as judged
+
+    src, k = step
+    good = tmp_path / "good"
+    shutil.copytree(mlx_target, good)
+    judged.add_mtp(src, good)
+    written = mx.load(str(good / "mtp.safetensors"))
+    for name, delta, code in (("raw", -1.0, "MTP_NORMS_RAW"), ("double", 1.0, "MTP_NORMS_DOUBLE_SHIFTED")):
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        w = {key: (v.astype(mx.float32) + delta).astype(v.dtype) if key.endswith("norm.weight") else v
+             for key, v in written.items()}
+        mx.save_safetensors(str(folder / "mtp.safetensors"), w, metadata={"format": "mlx"})
+        r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(src))
         rep = json.loads(r.stdout)
-        assert r.returncode == 0 and rep["layout"] == "sidecar" and rep["mtp_tensors"] == 17 * k, (extra, rep)
-        assert rep["findings"] == [], (extra, rep["findings"])
-    assert rep["norm_convention"] == "raw"
-    # verify says in one line that its decoder has no head for this family (it said the head did
-    # not fit the backbone, listing 17 keys a line)
-    r = judged.mtpforge("verify", str(mlx))
-    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert r.returncode == 1 and "for llama.cpp only" in line and "mtpforge verify TRUNK.gguf" in line, r.stderr
-    assert "Traceback" not in r.stderr and "MTP_SHAPE_MISMATCH" not in r.stderr, r.stderr
-    # and repair-norms refuses in one line, touching nothing (it stopped with an internal error)
-    before = {f.name: f.read_bytes() for f in mlx.iterdir() if f.is_file()}
-    r = judged.mtpforge("repair-norms", str(mlx))
-    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert r.returncode == 1 and "for llama.cpp only" in line and "Traceback" not in r.stderr, r.stderr
-    assert {f.name: f.read_bytes() for f in mlx.iterdir() if f.is_file()} == before
+        assert r.returncode == 1 and [f["code"] for f in rep["findings"]] == [code], rep["findings"]
+        if name == "raw":
+            r = judged.mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx")
+            assert "RUNTIME_RESHIFTS_NORMS" in {f["code"] for f in json.loads(r.stdout)["findings"]}, r.stdout
+        r = judged.mtpforge("repair-norms", str(folder), "--source", str(src), "--json")
+        fixed = json.loads(r.stdout)
+        assert r.returncode == 0 and fixed["evidence"] == "source" and len(fixed["changed_norms"]) == 7 * k, fixed
+        got = mx.load(str(folder / "mtp.safetensors"))
+        assert all(mx.array_equal(got[key], v).item() for key, v in written.items())
+        r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(src))
+        assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
+
+
+def test_add_mtp_from_the_hub_fetches_only_the_mtp_layers(step: tuple[Path, int], mlx_target: Path, hub,
+                                                          tmp_path: Path) -> None:
+    """From the (loopback) Hub only the appended MTP layer's tensors come over the wire (≤ 1.01 ×
+    their bytes), and the sidecar equals the one written from the local source, byte for byte."""
+    from tests import mlx_judged as judged
+
+    src, k = step
+    if k != 1:
+        pytest.skip("one MTP layer: its prefix names exactly the head's tensors")
+    n = tiny_config(num_nextn_predict_layers=k)["num_hidden_layers"]
+    got = judged.hub_fetches_only_the_sidecars_tensors(hub, src, mlx_target, tmp_path, f"model.layers.{n}.", ())
+    assert got["fetched"] <= 1.01 * got["head"]

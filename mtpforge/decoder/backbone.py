@@ -69,9 +69,13 @@ class Backbone:
     embedding: nn.Module  # the inner model's token embedding (the head shares it)
 
     def make_cache(self) -> list[Any]:
-        from mlx_lm.models.cache import make_prompt_cache
+        """mlx-lm's cache, a sliding-window layer's rotating cache replaced by a plain one: a full
+        rotating cache cannot be trimmed, which the rollback of a rejected draft needs, and mlx-lm
+        puts the window in the mask (``create_attention_mask(..., window_size=...)``), so the plain
+        cache attends the same keys (Step-3.5's sliding layers)."""
+        from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
 
-        return make_prompt_cache(self.model)
+        return [KVCache() if isinstance(c, RotatingKVCache) else c for c in make_prompt_cache(self.model)]
 
     def embed(self, tokens: list[int] | mx.array) -> mx.array:
         """Embeddings [1, L, H] of ``tokens`` (the backbone's table, shared with the head)."""

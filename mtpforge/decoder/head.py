@@ -121,7 +121,12 @@ def build_head(
 
     spec = FAMILIES[family]
     head: nn.Module
-    if spec.topology.nextn:
+    if spec.topology.appended_steps:  # one layer per step, each at N + i (Step-3.5)
+        from .appended import appended_head, under_steps
+
+        head = appended_head(spec.head_layer(), args, 1 + max(mtp_layers_of(tensors, family), default=0))
+        quant = under_steps(quant or {})  # module paths; its load_weights takes the bare keys
+    elif spec.topology.nextn:
         from .nextn import nextn_head
 
         # the head drafts with the trunk's embedding (as MTPLX does); a release's copy is not loaded

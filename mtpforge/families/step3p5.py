@@ -10,7 +10,11 @@ mtpforge. The layer's attention is the sliding-window kind: its head counts are
 clamped). Its query heads carry the head-wise gate ``g_proj`` [heads, H]. Every norm is stored
 zero-centred (``(1 + w) · x̂``): llama.cpp's converter adds 1 to all seven (measured, bitwise).
 
-GGUF only (``layouts = ()``).
+In MLX folders the head is the sidecar MTPLX's ``step3p5_mtp`` backend reads: the source's own
+``model.layers.{N+i}.*`` names (``Placement.first_step`` spells step ``i`` at ``N + i``), unquantized
+(its loader builds float linears and checks their names strictly before it would quantize), the
+norms +1 as mlx-lm's ``ZeroCenteredRMSNorm`` multiplies them (its ``step3p5.sanitize`` adds the 1
+to a raw release). MTPLX also adds 1 to any stored norm whose mean is below 0.5.
 """
 
 from __future__ import annotations
@@ -79,20 +83,20 @@ STEP3P5 = FamilySpec(
     hf_head_prefix="model.layers.{N}.",
     topology=Topology(index_key="num_hidden_layers", appended_steps=True),
     head_file_prefix="model.layers.{N}.",
-    mlx_head_prefixes=(),
+    # MTPLX's step3p5_mtp reads the sidecar in the source's own names
+    mlx_head_prefixes=("model.layers.{N}.",),
     count_keys=("num_nextn_predict_layers",),
     count_keys_written=("num_nextn_predict_layers",),
     ships_head_undeclared=False,
     nested_text_config=False,
-    # no MLX layout: the GGUF output formats only
-    layouts=(),
+    # the sidecar in the form MTPLX's step3p5_mtp backend loads (docs/families/step3p5.md §6)
+    layouts=("sidecar",),
     mlx_lm_classes=mlx_lm_model("step3p5"),
     lm_module_path=(),
     head_layer=mlx_lm_class("step3p5", "Step3p5DecoderLayer"),
     dim_keys=DIM_KEYS,
     gguf_arch="step35",
     example_repo="stepfun-ai/Step-3.5-Flash",
-    mlx_drafted_by="MTPLX 2.12.2 drafts it from a sidecar of the source's MTP layers as released (docs/families/step3p5.md)",
     raw_marker_suffixes=RAW_MARKERS,
     # a backbone MoE tensor under the release's moe. name (mlx-lm's sanitize renames the stacked experts to mlp.switch_mlp.)
     is_raw_tensor=backbone_marker("model.layers.", RAW_MARKERS),

@@ -7,7 +7,7 @@ folder (GGUF) is a new ``kind``, with its own writer, beside these rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
 
@@ -44,11 +44,24 @@ class Placement:
     sidecar_reference: bool = False
     #: ``mtp/manifest.json`` for vllm-mlx is written beside the head
     vllm_manifest: bool = False
+    #: the first appended layer's index where each MTP step is a layer of its own
+    #: (``Topology.appended_steps``): a bare ``{i}.rest`` is stored as ``prefix + (N + i).rest``,
+    #: so Step-3.5's step 1 lands at ``model.layers.{N+1}.`` as released; None: ``prefix + bare``
+    first_step: int | None = None
+
+    def key(self, bare: str) -> str:
+        """The stored key (or module path) of a bare head key in this placement."""
+        if self.first_step is None:
+            return self.prefix + bare
+        step, rest = bare.split(".", 1)
+        return f"{self.prefix}{self.first_step + int(step)}.{rest}"
 
     def module_path(self, bare_module: str) -> str:
         """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its
         loader looks up in ``config["quantization"]`` (docs/SPEC.md §4: paths after sanitize)."""
-        return self.module_prefix + bare_module
+        if self.first_step is None:
+            return self.module_prefix + bare_module
+        return replace(self, prefix=self.module_prefix).key(bare_module)
 
 
 @dataclass(frozen=True)

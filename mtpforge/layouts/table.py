@@ -32,6 +32,10 @@ def placement(layout: str, family: str, config: Any = None) -> Placement:
     pl = LAYOUTS[layout].place(spec)
     if not spec.topology.nextn:
         return pl
+    if spec.topology.appended_steps:  # step i at N + i: the prefix stops before the index
+        first = int(spec.fill("{N}", config))
+        return replace(pl, prefix=pl.prefix.split("{N}")[0], module_prefix=pl.module_prefix.split("{N}")[0],
+                       first_step=first)
     return replace(pl, prefix=spec.fill(pl.prefix, config), module_prefix=spec.fill(pl.module_prefix, config))
 
 

@@ -205,6 +205,17 @@ def mtplx_scales_loads(head: HeadFacts) -> Optional[str]:
     return None
 
 
+def mtplx_float_loads(head: HeadFacts) -> Optional[str]:
+    """MTPLX 2.12.2's ``step3p5_mtp``: it builds the head's linears float and checks the stored
+    names and shapes against them before anything could quantize them, so a module stored with
+    scales fails its load (measured)."""
+    quant = sorted(_quantized(head))
+    if not quant:
+        return None
+    return (f"MTPLX's MTP backend for {head.family} loads float linears only, and {quant[0]} is quantized: "
+            "\"Step MTP overlay does not match runtime module tree: extra=[... .scales ...]\"")
+
+
 def one_precision_loads(head: HeadFacts) -> Optional[str]:
     off = _off_default(head)
     if not off:

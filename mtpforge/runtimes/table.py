@@ -11,7 +11,8 @@ cannot be installed here.
 from __future__ import annotations
 
 from .norms import below_half, mtplx_two_signal
-from .quant import (default_quant, every_linear_but_fc_quant, float_router_quant, mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
+from .quant import (default_quant, every_linear_but_fc_quant, float_router_quant, mtplx_float_loads,
+                    mtplx_scales_loads, mtplx_scales_quant, mtplx_loads,
                     mtplx_template_quant, one_precision_loads, one_precision_quant, vllm_next_loads, vllm_next_quant,
                     whole_head_loads, whole_head_quant)
 from ..families.spec import STACKED
@@ -33,7 +34,8 @@ MLX_LM_031 = ((0, 31, 0), (0, 31, 99))
 PORTABLE = WriteRule("sidecar", DEFAULT, layout_by_family={"qwen4_exp": "mlx-vlm-drafter"},
                      quant_by_family={"qwen4_exp": QuantRule(float_router_quant)},
                      precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16", "glm4_moe": "bf16",
-                                          "glm4_moe_lite": "bf16", "deepseek_v3": "bf16", "nemotron_h": "bf16"})
+                                          "glm4_moe_lite": "bf16", "deepseek_v3": "bf16", "nemotron_h": "bf16",
+                                          "step3p5": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
@@ -83,13 +85,24 @@ _NO_QWEN4_EXP = {
 }
 
 
+#: Step-3.5 (docs/families/step3p5.md §6): only MTPLX's step3p5_mtp drafts it among the MLX runtimes
+_NO_STEP3P5 = {
+    "mlx-lm-mtp": "mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not Step-3.5 "
+                  "(mlx-lm's step3p5 sanitize drops the MTP layers)",
+    "vllm-mlx": "vllm-mlx 0.6.0 drafts Qwen MTP heads only, not Step-3.5",
+    "exo": "exo #2110 adds MTP to Qwen3.5/3.6 only, not Step-3.5",
+    "mlx-vlm": "mlx-vlm 0.7.10 has no Step-3.5 MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists no step3p5)",
+    "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not Step-3.5",
+}
+
+
 def _not_drafted(runtime: str) -> dict[str, str]:
-    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3, Nemotron-H and
-    Qwen3.8-Flash-Next."""
+    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3, Nemotron-H,
+    Qwen3.8-Flash-Next and Step-3.5."""
     nemotron = {"nemotron_h": _NO_NEMOTRON[runtime]} if runtime in _NO_NEMOTRON else {}
     qwen4 = {"qwen4_exp": _NO_QWEN4_EXP[runtime]} if runtime in _NO_QWEN4_EXP else {}
     return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime],
-            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], **nemotron, **qwen4}
+            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], "step3p5": _NO_STEP3P5[runtime], **nemotron, **qwen4}
 
 
 #: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
@@ -146,12 +159,16 @@ MTPLX = RuntimeSpec(
                                 quant_by_family={"glm4_moe": QuantRule(mtplx_scales_quant),
                                                  "glm4_moe_lite": QuantRule(mtplx_scales_quant),
                                                  "deepseek_v3": QuantRule(mtplx_scales_quant),
-                                                 "nemotron_h": QuantRule(mtplx_scales_quant)}),
+                                                 "nemotron_h": QuantRule(mtplx_scales_quant)},
+                                # step3p5_mtp loads float linears only (mtplx_float_loads)
+                                precision_by_family={"step3p5": "bf16"}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
     no_mtp={"qwen4_exp": _NO_QWEN4_EXP["mtplx"]},
     quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
                  "deepseek_v3": mtplx_scales_loads,
-                 "nemotron_h": mtplx_scales_loads}, norm_rule={None: mtplx_two_signal}, rejects_head_in_glob=("qwen3_next",),
+                 "nemotron_h": mtplx_scales_loads, "step3p5": mtplx_float_loads},
+    # step3p5_mtp adds 1 to each stored norm whose mean is below 0.5 (_apply_zero_centered_norm_shift)
+    norm_rule={None: mtplx_two_signal, "step3p5": below_half}, rejects_head_in_glob=("qwen3_next",),
     mlx_lm="mlx-lm 0.31.x (it pins >=0.31,<0.32)", mlx_lm_range=MLX_LM_031,
     reads_tagged_floats=False,
     version_checked="MTPLX 2.12.2 (PyPI): measured by tests/conformance",

@@ -29,6 +29,8 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
     ("vllm-mlx", "nemotron_h"): "drafts Qwen MTP heads only, not Nemotron-H",
     ("mlx-vlm", "glm4_moe"): "not GLM-4.x",
     ("mlx-vlm", "glm4_moe_lite"): "has no attribute 'Model'",
+    ("vllm-mlx", "step3p5"): "drafts Qwen MTP heads only, not Step-3.5",
+    ("mlx-vlm", "step3p5"): "has no Step-3.5 MTP drafter",
 }
 
 #: cells whose greedy MTP output differs from the runtime's own plain output although the head

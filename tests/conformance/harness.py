@@ -30,11 +30,11 @@ DATA = REPO / "mtpforge" / "data"
 FAMILIES = ("dense", "moe", "next")
 #: the non-Qwen families (named as ``mtpforge.families.FAMILIES`` names them): tiny models,
 #: a few cells each (docs/RUNTIMES.md)
-OTHER_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h")
+OTHER_FAMILIES = ("glm4_moe", "glm4_moe_lite", "nemotron_h", "step3p5")
 FAMILY_NAMES = {"dense": "Qwen3.5 dense (trained)", "moe": "Qwen3.5 MoE (trained, fused experts)",
                 "next": "Qwen3-Next (fixture)", "moepe": "Qwen3.5 MoE (fixture, per-expert experts)",
                 "glm4_moe": "GLM-4.5 (trained)", "glm4_moe_lite": "GLM-4.7-Flash (trained, MLA)",
-                "nemotron_h": "Nemotron-H (trained, hybrid head)"}
+                "nemotron_h": "Nemotron-H (trained, hybrid head)", "step3p5": "Step-3.5 (random, 3 MTP layers)"}
 #: the synthetic variant each fixture family is built from
 FIXTURES = {"next": "qwen3_next", "moepe": "qwen3_5_moe"}
 #: the non-Qwen sources: the trained tiny models (tests/data), so that a runtime's acceptance
@@ -48,7 +48,10 @@ OTHER_FIXTURES: dict[str, dict[str, Any]] = {
     "glm4_moe": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
     "glm4_moe_lite": {"q_bits": 4, "q_group_size": 64, "dtype": "float32"},
     "nemotron_h": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
+    "step3p5": {"q_bits": 4, "q_group_size": 32, "dtype": "float32"},
 }
+#: a fixture family's builder arguments (Step-3.5: the three MTP layers the release ships)
+OTHER_BUILD: dict[str, dict[str, Any]] = {"step3p5": {"num_nextn_predict_layers": 3}}
 PRECISIONS = ("default", "bf16")
 #: verify's default, so the runtimes' acceptance and verify's count the same prompts and tokens
 MAX_TOKENS = 64
@@ -110,7 +113,7 @@ class Models:
                 import importlib
 
                 build = getattr(importlib.import_module(f"tests.support.synth.{family}"), f"build_{family}")
-                self.sources[family] = build(self.root / f"hf-{family}")
+                self.sources[family] = build(self.root / f"hf-{family}", **OTHER_BUILD.get(family, {}))
             elif family in FIXTURES:
                 from tests.support.synth import build_hf_variant
 
@@ -145,9 +148,11 @@ def head_spec(folder: Path) -> dict[str, Any]:
 
     cfg = json.loads((folder / "config.json").read_text())
     spec = SPECS[detect_family(cfg)]
+    # a head of appended layers (Step-3.5): ``stem{N+i}.rest`` is read back as ``{i}.rest``
+    steps = [spec.hf_head_prefix.split("{N}")[0], int(spec.fill("{N}", cfg))] if spec.topology.appended_steps else None
     return {"prefixes": list(spec.head_prefixes(cfg)), "mark": spec.key(Role.PRE_FC_NORM_HIDDEN),
             "norms": sorted({".".join(r.key.split(".")[-2:]) for r in spec.rows() if r.role in NORM_ROLES}),
-            "embed": spec.mlx_backbone.embed}
+            "embed": spec.mlx_backbone.embed, "steps": steps}
 
 
 def prompts_ids(folder: Path) -> list[list[int]]:

@@ -35,9 +35,13 @@ class Head:
     mark = ""
     norms: tuple[str, ...] = ()
     embed = ""
+    #: ``[stem, N]`` for a head of appended layers (Step-3.5): ``stem{N+i}.rest`` reads as
+    #: ``{i}.rest``, the family's bare spelling; None otherwise
+    steps: list[Any] | None = None
 
     @classmethod
     def configure(cls, head: dict[str, Any]) -> None:
+        cls.steps = head.get("steps")
         cls.prefixes = tuple(head["prefixes"])
         cls.mark = head["mark"]
         cls.norms = tuple(head["norms"])
@@ -138,6 +142,12 @@ def load_report(calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def relative_head_key(key: str) -> str:
+    if Head.steps is not None:
+        stem, first = Head.steps
+        layer, _, rest = key[len(stem):].partition(".")
+        if key.startswith(stem) and layer.isdigit() and int(layer) >= first:
+            return f"{int(layer) - first}.{rest}"
+        return key
     for p in Head.prefixes:
         if key.startswith(p):
             return key[len(p):]
@@ -154,10 +164,18 @@ def _by_renamed_key(loaded: dict[str, Any], on_disk: dict[str, Any]) -> dict[str
     out = {}
     for name in loaded:
         n = name.replace(".", "_")
-        hits = [f for f in flat if n == f or n.endswith("_" + f)]
+        hits = [f for f in flat if n == f or n.endswith("_" + f) or _same_step(n, f)]
         if hits:
             out[name] = flat[max(hits, key=len)]
     return out
+
+
+def _same_step(loaded: str, stored: str) -> bool:
+    """A head of appended layers (Step-3.5): MTPLX nests step i's decoder block as
+    ``layers.{i}.mtp_block.<rest>``, the file says ``{i}.<rest>`` (underscored alike)."""
+    step, _, rest = stored.partition("_")
+    return Head.steps is not None and step.isdigit() and loaded.startswith(f"layers_{step}_") \
+        and loaded.endswith("_" + rest)
 
 
 def compare_loaded(head: Any, files: list[Path]) -> dict[str, Any]:
