@@ -2,14 +2,16 @@
 ``num_hidden_layers`` (docs/families/hy_v3.md).
 
 Its keys sit under ``model.layers.{N}.`` in the release (N = ``num_hidden_layers``), in the
-release's own names, which llama.cpp's converter (``HYV3Model``) and MTPLX's ``hy_v3_mtp`` graft
+release's own names, which llama.cpp's converter (``HYV3Model``) and MTPLX's vendored ``hy_v3`` model
 read as stored: ``eh_proj`` [H, 2H], ``enorm``, ``hnorm``, the trailing ``final_layernorm`` (the
 converter renames it ``nextn.shared_head_norm``), attention with q/k norms, the sigmoid router
 ``mlp.router.gate`` with its selection bias ``mlp.expert_bias``, experts one by one (192 in the
 release) and the shared expert ``mlp.shared_mlp``. No embedding or output copy: the head shares
 the trunk's. Norms are raw (``w · x̂``), copied as stored. mtpforge writes this head for llama.cpp
-only so far (``layouts = ()``): no released mlx-lm has a ``hy_v3`` model, so no ``mlx_lm.convert``
-target exists to put an MLX head into.
+only so far (``layouts = ()``): no released tool converts Hy3 to MLX (mlx-lm, mlx-vlm and MTPLX's
+own ``forge build`` all stop at "Model type hy_v3 not supported"), so there is no MLX target to put
+a head into; MTPLX 2.12.2 serves the release folder itself, head included, and refuses a folder that
+declares the head without its tensors (docs/families/hy_v3.md §5, measured).
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ HY_V3 = FamilySpec(
     # what llama.cpp's hy_v3 loader asks for (``tn(LLM_TENSOR_FFN_EXP_PROBS_B, i)``)
     gguf_names={Role.ROUTER_BIAS: "exp_probs_b"},
     example_repo="tencent/Hy3",
-    mlx_drafted_by="MTPLX 2.12.2 drafts it from the release's own shards; no released mlx-lm converts it "
+    # the one line add-mtp / repair-norms / verify end with on an MLX folder: what to run instead
+    mlx_drafted_by="MTPLX 2.12.2 runs the HF release folder itself; no released tool converts Hy3 to MLX "
                    "(docs/families/hy_v3.md)",
     raw_marker_suffixes=RAW_MARKERS,
     # a per-expert backbone expert: the release stores them so, an MLX conversion stacks them
