@@ -123,5 +123,5 @@ def test_add_mtp_into_an_mlx_deepseek_v4_folder_refuses_in_one_line(wide_source:
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1, r.stderr
         assert "llama.cpp only" in lines[0] and "--target" in lines[0], lines[0]
-        assert "python -m mlx_vlm.speculative.drafters.deepseek_v4_mtp.split" in lines[0], lines[0]
+        assert "python -m mlx_vlm.speculative.drafters.deepseek_v4_mtp.split --model REPO --output DIR" in lines[0]
     assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -169,7 +169,8 @@ DEEPSEEK_V4 = FamilySpec(
     topology=Topology(),
     example_repo="deepseek-ai/DeepSeek-V4-Flash",
     # mlx-vlm 0.7.10's convert cannot make the trunk, its splitter makes the drafter (the doc's §5)
-    mlx_drafted_by="mlx-vlm splits it from the release: python -m mlx_vlm.speculative.drafters.deepseek_v4_mtp.split",
+    mlx_drafted_by="mlx-vlm splits it: python -m mlx_vlm.speculative.drafters.deepseek_v4_mtp.split "
+                   "--model REPO --output DIR",
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=backbone_marker("layers.", RAW_MARKERS),
     gguf_arch="deepseek4",
