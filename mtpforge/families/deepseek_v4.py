@@ -17,7 +17,10 @@ The converter keeps its own types whatever ``--outtype`` says: block-FP8 matrice
 E8M0 exponent per 128x128 block in ``<module>.scale``) dequantized to Q8_0, bf16 matrices BF16,
 F32 tensors F32, the FP4 routed experts repacked to MXFP4 bit for bit, ``eh_proj`` Q8_0
 (``gguf_type_of``); so a head mtpforge writes is the converter's at every ``--precision``.
-mtpforge writes this head for llama.cpp only (``layouts = ()``).
+mtpforge writes this head for llama.cpp only (``layouts = ()``): no installed MLX runtime both makes a
+head-less DeepSeek-V4 target and drafts from a separate form (mlx-vlm 0.7.10's convert fails on the
+release's FP8/FP4 spelling; MTPLX binds ``mtp.{i}.*`` from the checkpoint's own shards), so there is
+no MLX form to write yet; mlx-vlm's own splitter builds its drafter from the release.
 """
 
 from __future__ import annotations
@@ -165,8 +168,9 @@ DEEPSEEK_V4 = FamilySpec(
     dim_keys=DIM_KEYS,
     topology=Topology(),
     example_repo="deepseek-ai/DeepSeek-V4-Flash",
-    mlx_drafted_by="mlx-vlm's deepseek_v4_mtp and MTPLX's deepseek-v4-mtp read it from the release "
-                   "(docs/families/deepseek_v4.md)",
+    # mlx-vlm 0.7.10's convert cannot make the trunk, its splitter makes the drafter (the doc's §5)
+    mlx_drafted_by="mlx-vlm splits it: python -m mlx_vlm.speculative.drafters.deepseek_v4_mtp.split "
+                   "--model REPO --output DIR",
     raw_marker_suffixes=RAW_MARKERS,
     is_raw_tensor=backbone_marker("layers.", RAW_MARKERS),
     gguf_arch="deepseek4",
