@@ -110,3 +110,28 @@ def test_mtplx_runs_the_release_folder_and_refuses_a_declared_head_without_tenso
     assert declared.get("stage") == "load" and "Missing" in declared["error"], declared
     assert "mtp.eh_proj.weight" in declared["error"] and "mtp.layer.mlp.switch_mlp" in declared["error"]
     assert undeclared.get("mtp_enabled") is False and len(undeclared["plain"]) == 2, undeclared
+
+
+def test_inspect_of_a_layerless_mlx_folder_does_not_blame_mlx_lm(src: Path, tmp_path: Path) -> None:
+    """A folder that declares the layer without its tensors was made by some other converter
+    (mlx-lm has no Hy3): inspect says so, and its fix is the refusal's advice."""
+    import mlx.core as mx
+
+    target = tmp_path / "hy3-layerless"
+    shutil.copytree(src, target)
+    n = json.loads((src / "config.json").read_text())["num_hidden_layers"]
+    keep_out = f"model.layers.{n}."
+    for f in target.glob("*.safetensors"):
+        t = {k: v for k, v in mx.load(str(f)).items() if not k.startswith(keep_out)}
+        f.unlink()
+        mx.save_safetensors(str(f), t, metadata={"format": "mlx"})
+    idx = target / "model.safetensors.index.json"
+    if idx.is_file():
+        d = json.loads(idx.read_text())
+        d["weight_map"] = {k: v for k, v in d["weight_map"].items() if not k.startswith(keep_out)}
+        idx.write_text(json.dumps(d))
+    r = subprocess.run([sys.executable, "-m", "mtpforge", "inspect", str(target), "--json"], capture_output=True,
+                       text=True, timeout=120, env=judged.ENV)
+    found = {f["code"]: f for f in json.loads(r.stdout)["findings"]}
+    assert "MTP_CONFIG_WITHOUT_WEIGHTS" in found, found
+    assert "mlx_lm.convert" not in found["MTP_CONFIG_WITHOUT_WEIGHTS"]["message"], found

@@ -92,7 +92,7 @@ def _no_head(ctx: InspectContext) -> list[Finding]:
         return [finding(
             "MTP_CONFIG_WITHOUT_WEIGHTS",
             f"config declares {ctx.declared} MTP layer(s) but the folder holds no MTP tensors "
-            "(mlx_lm.convert drops them)",
+            + ("(mlx_lm.convert drops them)" if ctx.spec.layouts else "(the conversion that made it dropped them)"),
             ctx.add_fix,
         )]
     if ctx.spec.ships_head_undeclared:
