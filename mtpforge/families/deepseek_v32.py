@@ -15,7 +15,7 @@ source's names, ``kv_b_proj`` whole (it splits it on load), the indexer's tensor
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from .glm4_moe_lite import GGUF_DIM_KEYS as MLA_GGUF_DIM_KEYS, GLM4_MOE_LITE, LAYER_ROWS as MLA_ROWS, mla_dims
 from .glm4_moe_lite import DIM_KEYS as MLA_DIM_KEYS
@@ -35,6 +35,14 @@ GGUF_DIM_KEYS: dict[str, "str | None"] = {**MLA_GGUF_DIM_KEYS, "IN": "attention.
                                           "ID": "attention.indexer.key_length"}
 
 
+def dsa_layer_cache() -> Any:
+    """One DSA layer's cache as mlx-lm's ``deepseek_v32`` model makes it: the attention's keys and
+    the indexer's, side by side (a single ``KVCache`` is not subscriptable by the layer)."""
+    from mlx_lm.models.cache import CacheList, KVCache
+
+    return CacheList(KVCache(), KVCache())
+
+
 def dsa_dims(d: Mapping[str, int]) -> dict[str, int]:
     """MLA's composite widths and the indexer's query width (heads x head width)."""
     return {**mla_dims(d), "IQ": d["IN"] * d["ID"]}
@@ -50,6 +58,7 @@ DEEPSEEK_V32 = replace(
     # deepseek_mtp reads the indexer's tensors in the source's names, as mlx-lm's layer holds them
     mlx_lm_classes=mlx_lm_model("deepseek_v32"),
     head_layer=mlx_lm_class("deepseek_v32", "DeepseekV32DecoderLayer"),
+    head_cache=dsa_layer_cache,
     dim_keys=DIM_KEYS,
     gguf_arch="deepseek32",
     # gguf-py 0.19 (the newest release) predates deepseek32; llama.cpp's own gguf-py lists for it
