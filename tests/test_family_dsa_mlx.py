@@ -125,3 +125,29 @@ def test_add_mtp_from_the_hub_fetches_only_the_tensors_the_mlx_head_is_made_of(d
     got = judged.hub_fetches_only_the_sidecars_tensors(hub, dsa[source], dsa["mlx"], tmp_path, P, ("embed_tokens.weight",))
     assert got["fetched"] <= 1.01 * got["head"]
     print(f"{dsa['family']} {source}: fetched {got['fetched']} of {got['head']} head bytes")
+
+
+def test_a_head_shifted_as_if_zero_centred_is_found_and_repaired_from_the_source(dsa, tmp_path: Path) -> None:
+    """The family's norms are raw: a head whose eight norm weights (the indexer's LayerNorm
+    ``k_norm`` among them; its bias is no scale) carry +1 is ``MTP_NORMS_SHIFTED`` for inspect
+    --source, and repair-norms --source puts back exactly the tensors add-mtp wrote."""
+    import shutil
+
+    import mlx.core as mx
+
+    good = tmp_path / "good"
+    shutil.copytree(dsa["mlx"], good)
+    judged.add_mtp(dsa["src"], good)
+    written = mx.load(str(good / "mtp.safetensors"))
+    folder = tmp_path / "shifted"
+    shutil.copytree(good, folder)
+    w = {k: (v.astype(mx.float32) + 1.0).astype(v.dtype) if k.endswith("norm.weight") else v for k, v in written.items()}
+    mx.save_safetensors(str(folder / "mtp.safetensors"), w, metadata={"format": "mlx"})
+    r = judged.mtpforge("inspect", str(folder), "--json", "--source", str(dsa["src"]))
+    assert r.returncode == 1 and [f["code"] for f in json.loads(r.stdout)["findings"]] == ["MTP_NORMS_SHIFTED"], r.stdout
+    r = judged.mtpforge("repair-norms", str(folder), "--source", str(dsa["src"]), "--json")
+    fixed = json.loads(r.stdout)
+    assert r.returncode == 0 and fixed["evidence"] == "source" and len(fixed["changed_norms"]) == 8, fixed
+    assert f"{P}{INDEXER}k_norm.weight" in fixed["changed_norms"]
+    got = mx.load(str(folder / "mtp.safetensors"))
+    assert set(got) == set(written) and all(mx.array_equal(got[k], v).item() for k, v in written.items())
