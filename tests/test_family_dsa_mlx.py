@@ -151,3 +151,22 @@ def test_a_head_shifted_as_if_zero_centred_is_found_and_repaired_from_the_source
     assert f"{P}{INDEXER}k_norm.weight" in fixed["changed_norms"]
     got = mx.load(str(folder / "mtp.safetensors"))
     assert set(got) == set(written) and all(mx.array_equal(got[k], v).item() for k, v in written.items())
+
+
+def test_a_sidecar_without_its_indexer_is_found(dsa, tmp_path: Path) -> None:
+    """MTPLX's deepseek_mtp loads its head non-strictly, so a sidecar without the indexer's five
+    tensors loads and drafts with an indexer left as initialised (measured; below ``index_topk``
+    tokens of context the indexer selects nothing, so nothing shows): inspect --runtime mtplx says
+    the five are missing."""
+    import shutil
+
+    import mlx.core as mx
+
+    folder = tmp_path / "no-indexer"
+    shutil.copytree(dsa["mlx"], folder)
+    judged.add_mtp(dsa["src"], folder)
+    w = {k: v for k, v in mx.load(str(folder / "mtp.safetensors")).items() if INDEXER not in k}
+    mx.save_safetensors(str(folder / "mtp.safetensors"), w, metadata={"format": "mlx"})
+    r = judged.mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx")
+    (f,) = json.loads(r.stdout)["findings"]
+    assert r.returncode == 1 and f["code"] == "MTP_MISSING_TENSORS" and "5 MTP tensor" in f["message"], r.stdout
