@@ -55,7 +55,9 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          "tests/test_family_qwen4_exp.py::test_the_bf16_drafter",
                          # MTPLX's step3p5_mtp on Step-3.5's MLX head, one and three MTP layers (~2.5 min)
                          "tests/test_family_step3p5.py::test_add_mtp_writes", "tests/test_family_step3p5.py::test_a_quantized",
-                         "tests/test_family_step3p5.py::test_norms_left")
+                         "tests/test_family_step3p5.py::test_norms_left",
+                         # MTPLX's deepseek_mtp on DeepSeek-V3.2's and GLM-5's MLX heads (~20 s each, 8 cases)
+                         "tests/test_family_dsa_mlx.py::test_mtplx_drafts")
 
 
 @pytest.hookimpl(tryfirst=True)

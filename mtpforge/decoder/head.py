@@ -135,7 +135,7 @@ def build_head(
 
         tensors = {k: v for k, v in tensors.items() if role(k) != Role.EMBED_TOKENS}
         own = any(role(k) == Role.SHARED_HEAD for k in tensors)
-        head = nextn_head(spec.head_layer(), args, own, spec.mask_as_array)
+        head = nextn_head(spec.head_layer(), args, own, spec.mask_as_array, spec.head_cache)
     elif spec.topology.mlx_blocks:
         from .hybrid import hybrid_head
 

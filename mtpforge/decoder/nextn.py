@@ -15,7 +15,7 @@ family spells the bare head keys (``self_attn.q_proj.weight``, ``mlp.switch_mlp.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,10 +33,13 @@ class SharedHead(nn.Module):
             self.head = nn.Linear(hidden, vocab, bias=False)
 
 
-def nextn_head(layer_class: type, args: Any, own_head: bool, mask_as_array: bool = False) -> nn.Module:
+def nextn_head(layer_class: type, args: Any, own_head: bool, mask_as_array: bool = False,
+               layer_cache: Callable[[], Any] | None = None) -> nn.Module:
     """A NextN head over ``layer_class`` (the backbone's decoder layer), at the layer index the
     release stores it under (``num_hidden_layers``: an MoE layer where the backbone has them).
-    ``mask_as_array``: the layer needs its causal mask as an array (MLA: ``FamilySpec.mask_as_array``)."""
+    ``mask_as_array``: the layer needs its causal mask as an array (MLA: ``FamilySpec.mask_as_array``);
+    ``layer_cache``: the layer's cache where one ``KVCache`` is not it (``FamilySpec.head_cache``:
+    DeepSeek Sparse Attention's layer keeps its indexer's keys beside the attention's)."""
 
     class NextNHead(layer_class):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
@@ -47,14 +50,15 @@ def nextn_head(layer_class: type, args: Any, own_head: bool, mask_as_array: bool
             self.eh_proj = nn.Linear(2 * h, h, bias=False)
             self.shared_head = SharedHead(h, args.vocab_size, eps, own_head)
 
-        def make_cache(self) -> list[KVCache]:
-            return [KVCache()]
+        def make_cache(self) -> list[Any]:
+            return [layer_cache() if layer_cache is not None else KVCache()]
 
         def __call__(self, hidden: mx.array, embeddings: mx.array, cache: list[KVCache] | None = None,
                      layer: int = 0) -> mx.array:
             z = self.eh_proj(mx.concatenate([self.enorm(embeddings), self.hnorm(hidden)], axis=-1))
             c = cache[0] if cache is not None else None
-            z = super().__call__(z, mask=create_attention_mask(z, c, return_array=mask_as_array), cache=c)
+            attn = c[0] if layer_cache is not None and c is not None else c  # the attention's own cache
+            z = super().__call__(z, mask=create_attention_mask(z, attn, return_array=mask_as_array), cache=c)
             return self.shared_head.norm(z)
 
         def logits(self, z: mx.array, backbone: Any) -> mx.array:

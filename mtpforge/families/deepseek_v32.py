@@ -7,13 +7,15 @@ NextN tensors, MLA attention (``kv_b_proj`` split by llama.cpp's converter into 
 the indexer every DSA layer carries (``self_attn.indexer.{wq_b,wk,k_norm,weights_proj}``), which
 llama.cpp requires in the MTP block too. Norms are raw (the indexer's key norm is a LayerNorm with
 a bias), copied as stored. The release is FP8 e4m3 with 128x128 ``weight_scale_inv`` blocks.
-mtpforge writes this head for llama.cpp only so far (``layouts = ()``).
+In an MLX folder the head is the sidecar MTPLX's ``deepseek_mtp`` reads, as for DeepSeek-V3: the
+source's names, ``kv_b_proj`` whole (it splits it on load), the indexer's tensors as stored
+(mlx-lm's ``DeepseekV32DecoderLayer`` holds them under the same names).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from .glm4_moe_lite import GGUF_DIM_KEYS as MLA_GGUF_DIM_KEYS, GLM4_MOE_LITE, LAYER_ROWS as MLA_ROWS, mla_dims
 from .glm4_moe_lite import DIM_KEYS as MLA_DIM_KEYS
@@ -33,6 +35,14 @@ GGUF_DIM_KEYS: dict[str, "str | None"] = {**MLA_GGUF_DIM_KEYS, "IN": "attention.
                                           "ID": "attention.indexer.key_length"}
 
 
+def dsa_layer_cache() -> Any:
+    """One DSA layer's cache as mlx-lm's ``deepseek_v32`` model makes it: the attention's keys and
+    the indexer's, side by side (a single ``KVCache`` is not subscriptable by the layer)."""
+    from mlx_lm.models.cache import CacheList, KVCache
+
+    return CacheList(KVCache(), KVCache())
+
+
 def dsa_dims(d: Mapping[str, int]) -> dict[str, int]:
     """MLA's composite widths and the indexer's query width (heads x head width)."""
     return {**mla_dims(d), "IQ": d["IN"] * d["ID"]}
@@ -44,11 +54,11 @@ DEEPSEEK_V32 = replace(
     name="deepseek_v32",
     model_types=("deepseek_v32",),
     layer_rows=(*MLA_ROWS, *INDEXER_ROWS),
-    # no MLX layout yet: docs/families/deepseek_v32.md says which MLX runtimes draft it
-    layouts=(),
-    mlx_layer_parts={},
+    # the MLX head is DeepSeek-V3's sidecar (layouts, mlx_layer_parts inherited): MTPLX's
+    # deepseek_mtp reads the indexer's tensors in the source's names, as mlx-lm's layer holds them
     mlx_lm_classes=mlx_lm_model("deepseek_v32"),
     head_layer=mlx_lm_class("deepseek_v32", "DeepseekV32DecoderLayer"),
+    head_cache=dsa_layer_cache,
     dim_keys=DIM_KEYS,
     gguf_arch="deepseek32",
     # gguf-py 0.19 (the newest release) predates deepseek32; llama.cpp's own gguf-py lists for it

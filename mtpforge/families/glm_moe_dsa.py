@@ -6,7 +6,8 @@ NextN tensors, MLA attention with DeepSeek Sparse Attention's indexer
 (``self_attn.indexer.{wq_b,wk,k_norm,weights_proj}``, required by llama.cpp in the MTP block) and
 the sigmoid-routed MoE, spelled and sized as DeepSeek-V3.2's (families/deepseek_v32.py); raw
 norms. llama.cpp's converter (``GlmMoeDsaModel``) writes it as ``glm-dsa``, whose tensor list the
-gguf-py mtpforge installs already has. mtpforge writes this head for llama.cpp only so far.
+gguf-py mtpforge installs already has. In an MLX folder it is DeepSeek-V3.2's sidecar, which
+MTPLX's ``deepseek_mtp`` reads for ``glm_moe_dsa`` too.
 """
 
 from __future__ import annotations

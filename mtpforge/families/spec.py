@@ -392,6 +392,10 @@ class FamilySpec:
     #: shorthand (MLA's attention adds the mask to its rope scores itself: mlx-lm's
     #: ``glm4_moe_lite`` model and MTPLX's head build it with ``return_array=True``)
     mask_as_array: bool = False
+    #: the cache one NextN layer needs where one ``KVCache`` is not it, as mlx-lm's model makes it
+    #: per layer (DeepSeek-V3.2's: the attention's and the indexer's, a ``CacheList``); the mask is
+    #: then built from its first entry, as mlx-lm's model and MTPLX's head build it
+    head_cache: "Callable[[], Any] | None" = None
     #: mlx-lm's attribute names on the language model module: the inner model, its embedding
     #: and its final norm (Nemotron-H: ``backbone`` / ``embeddings`` / ``norm_f``); the decoder
     #: taps the norm and embeds with the embedding

@@ -35,7 +35,7 @@ PORTABLE = WriteRule("sidecar", DEFAULT, layout_by_family={"qwen4_exp": "mlx-vlm
                      quant_by_family={"qwen4_exp": QuantRule(float_router_quant)},
                      precision_by_family={"qwen3_5_moe": "bf16", "qwen3_next": "bf16", "glm4_moe": "bf16",
                                           "glm4_moe_lite": "bf16", "deepseek_v3": "bf16", "nemotron_h": "bf16",
-                                          "step3p5": "bf16"})
+                                          "step3p5": "bf16", "deepseek_v32": "bf16", "glm_moe_dsa": "bf16"})
 #: the runtimes' own words for GLM-4.5/4.6/4.7, which only MTPLX drafts among them (read in their
 #: code: docs/families/glm4_moe.md)
 _NO_GLM = {
@@ -65,6 +65,19 @@ _NO_DEEPSEEK_V3 = {
                "list no deepseek_v3)",
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not DeepSeek-V3",
 }
+#: DeepSeek-V3.2 and GLM-5 (docs/families/deepseek_v32.md, glm_moe_dsa.md): MTPLX's deepseek_mtp
+#: drafts them; mlx-vlm 0.7.10's glm_moe_dsa_mtp drafter is a form mtpforge does not write yet
+_DSA_NAMES = {"deepseek_v32": "DeepSeek-V3.2", "glm_moe_dsa": "GLM-5"}
+_NO_DSA = {f: {
+    "mlx-lm-mtp": f"mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not {n}",
+    "vllm-mlx": f"vllm-mlx 0.6.0 drafts Qwen MTP heads only, not {n}",
+    "exo": f"exo #2110 adds MTP to Qwen3.5/3.6 only, not {n}",
+    "mlx-vlm": "mlx-vlm 0.7.10 has no DeepSeek-V3.2 MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists no "
+               "deepseek_v32)" if f == "deepseek_v32" else
+               "mlx-vlm 0.7.10 drafts GLM-5 from its own glm_moe_dsa_mtp drafter folder, which mtpforge does "
+               "not write yet (docs/families/glm_moe_dsa.md §4)",
+    "omlx": f"oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not {n}",
+} for f, n in _DSA_NAMES.items()}
 
 #: Nemotron-H: MTPLX's nemotron_h_mtp and mlx-lm #1533 draft it; mlx-vlm 0.7.10 has a drafter
 #: mtpforge does not write yet (docs/families/nemotron_h.md)
@@ -97,12 +110,13 @@ _NO_STEP3P5 = {
 
 
 def _not_drafted(runtime: str) -> dict[str, str]:
-    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3, Nemotron-H,
+    """A runtime's ``no_mtp`` entries for the GLM families, DeepSeek-V3/V3.2, GLM-5, Nemotron-H,
     Qwen3.8-Flash-Next and Step-3.5."""
     nemotron = {"nemotron_h": _NO_NEMOTRON[runtime]} if runtime in _NO_NEMOTRON else {}
     qwen4 = {"qwen4_exp": _NO_QWEN4_EXP[runtime]} if runtime in _NO_QWEN4_EXP else {}
     return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime],
-            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], "step3p5": _NO_STEP3P5[runtime], **nemotron, **qwen4}
+            "deepseek_v3": _NO_DEEPSEEK_V3[runtime], "step3p5": _NO_STEP3P5[runtime], **nemotron, **qwen4,
+            **{f: no[runtime] for f, no in _NO_DSA.items()}}
 
 
 #: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
@@ -159,13 +173,16 @@ MTPLX = RuntimeSpec(
                                 quant_by_family={"glm4_moe": QuantRule(mtplx_scales_quant),
                                                  "glm4_moe_lite": QuantRule(mtplx_scales_quant),
                                                  "deepseek_v3": QuantRule(mtplx_scales_quant),
+                                                 "deepseek_v32": QuantRule(mtplx_scales_quant),
+                                                 "glm_moe_dsa": QuantRule(mtplx_scales_quant),
                                                  "nemotron_h": QuantRule(mtplx_scales_quant)},
                                 # step3p5_mtp loads float linears only (mtplx_float_loads)
                                 precision_by_family={"step3p5": "bf16"}),
     layouts=("sidecar", "vllm-mlx", "embedded"), expert_formats=ALL_EXPERTS,
     no_mtp={"qwen4_exp": _NO_QWEN4_EXP["mtplx"]},
     quant_check={None: mtplx_loads, "glm4_moe": mtplx_scales_loads, "glm4_moe_lite": mtplx_scales_loads,
-                 "deepseek_v3": mtplx_scales_loads,
+                 "deepseek_v3": mtplx_scales_loads, "deepseek_v32": mtplx_scales_loads,
+                 "glm_moe_dsa": mtplx_scales_loads,
                  "nemotron_h": mtplx_scales_loads, "step3p5": mtplx_float_loads},
     # step3p5_mtp adds 1 to each stored norm whose mean is below 0.5 (_apply_zero_centered_norm_shift)
     norm_rule={None: mtplx_two_signal, "step3p5": below_half}, rejects_head_in_glob=("qwen3_next",),

@@ -77,7 +77,8 @@ def nextn_keys(config: dict[str, Any]) -> list[str]:
 
 def vocabulary_files(folder: Path) -> None:
     """Replace ``folder``'s tokenizer.json by vocab.json + merges.txt (the same BPE) and have
-    tokenizer_config.json name a class that builds from them and keeps ``add_bos_token``."""
+    tokenizer_config.json name a class that builds from them and keeps ``add_bos_token``, padding
+    with the end-of-sentence token."""
     tj_path, tc_path = folder / "tokenizer.json", folder / "tokenizer_config.json"
     model = json.loads(tj_path.read_text(encoding="utf-8"))["model"]
     (folder / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
@@ -85,7 +86,8 @@ def vocabulary_files(folder: Path) -> None:
     (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
     tj_path.unlink()
     tc = json.loads(tc_path.read_text(encoding="utf-8"))
-    tc.update(tokenizer_class="GPT2Tokenizer", add_bos_token=True, add_eos_token=False)
+    # DeepSeek's releases pad with the end-of-sentence token, as config.json's pad_token_id says
+    tc.update(tokenizer_class="GPT2Tokenizer", add_bos_token=True, add_eos_token=False, pad_token=EOS)
     tc_path.write_text(json.dumps(tc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -28,6 +28,8 @@ CONFIG: dict[str, Any] = {
     "index_n_heads": 2,
     "index_head_dim": 64,
     "index_topk": 2048,
+    # transformers 5's spelling, which GLM-5's config.json uses and mlx-lm's glm_moe_dsa requires
+    "rope_parameters": {"rope_type": "default", "rope_theta": GLM_CONFIG["rope_theta"]},
 }
 
 
