@@ -66,9 +66,10 @@ def _sha(a: np.ndarray) -> str:
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("source,extra", [("src", []), ("src", ["--runtime", "mtplx"]), ("fp8", []),
-                                          ("fp8", ["--runtime", "mtplx"])],
-                         ids=["plain", "runtime-mtplx", "fp8-plain", "fp8-runtime-mtplx"])
+# the FP8 release once (plain): its dequantization is the emitters' shared decode, which the
+# GGUF tests hold to the converter's bytes; MTPLX's load of a quantized head is the bf16 one's
+@pytest.mark.parametrize("source,extra", [("src", []), ("src", ["--runtime", "mtplx"]), ("fp8", [])],
+                         ids=["plain", "runtime-mtplx", "fp8-plain"])
 def test_mtplx_drafts_with_the_head_mtpforge_writes(dsa, source: str, extra: list[str]) -> None:
     """Plain add-mtp (bf16 sidecar, experts stacked) and ``--runtime mtplx`` (the layer at the
     model's 4 bits, ``eh_proj`` and the router float), from the bf16 and the FP8 release: MTPLX's

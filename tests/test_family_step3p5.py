@@ -280,6 +280,8 @@ def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path
     from tests import mlx_judged as judged
 
     src, k = step
+    if k == 1:
+        pytest.skip("three MTP layers cover one: every layer's norms are judged and repaired")
     good = tmp_path / "good"
     shutil.copytree(mlx_target, good)
     judged.add_mtp(src, good)
