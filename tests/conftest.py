@@ -56,8 +56,17 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          # MTPLX's step3p5_mtp on Step-3.5's MLX head, one and three MTP layers (~2.5 min)
                          "tests/test_family_step3p5.py::test_add_mtp_writes", "tests/test_family_step3p5.py::test_a_quantized",
                          "tests/test_family_step3p5.py::test_norms_left",
-                         # MTPLX's deepseek_mtp on DeepSeek-V3.2's and GLM-5's MLX heads (~20 s each, 8 cases)
-                         "tests/test_family_dsa_mlx.py::test_mtplx_drafts")
+                         # MTPLX's deepseek_mtp on DeepSeek-V3.2's and GLM-5's MLX heads (~20 s each, 6 cases)
+                         "tests/test_family_dsa_mlx.py::test_mtplx_drafts",
+                         # a margin under ten minutes for the README's command (about 70 s of CPU
+                         # measured fresh): three bad quantizations through every command, a pytest
+                         # run inside pytest, a server that never answers, a head that never drafts,
+                         # the report page in a browser
+                         "tests/test_inputs.py::test_a_target_quantization_mlx_cannot_build",
+                         "tests/test_xdist_groups.py::test_a_group_runs_on_one_worker",
+                         "tests/test_network_faults.py::test_fault_fails_in_one_line_and_leaves_everything_whole[slow forever]",
+                         "tests/test_demo.py::test_demo_fails_when_the_head_does_not_draft",
+                         "tests/test_verify_report.py::test_html_report_renders_in_chromium")
 
 
 @pytest.hookimpl(tryfirst=True)
