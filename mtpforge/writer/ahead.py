@@ -65,6 +65,8 @@ def run_ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
         worker.join()
 
 
+#: threads converting row blocks: each holds one (a few MB of source, 4x that in float32)
+WORKERS = max(1, min(4, os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -73,8 +75,7 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            # a few threads: each holds a row block (a few MB of source, 4x that in float32)
-            _POOL = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="mtpforge-rows")
+            _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="mtpforge-rows")
         return _POOL
 
 
@@ -83,7 +84,7 @@ def in_order(jobs: Iterator[Callable[[], R]], window: int | None = None) -> Iter
     (default: one more than the cores) started and not yet taken — the bound on the row blocks
     held at once. Jobs must not wait on other jobs (they share one pool)."""
     pool = _pool()
-    window = window or pool._max_workers + 1
+    window = window or WORKERS + 1
     pending: deque[Future[R]] = deque()
     try:
         for job in jobs:
