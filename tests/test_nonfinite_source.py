@@ -71,10 +71,11 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Pat
     return get
 
 
-def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str = "") -> str:
+def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str = "", mlx: bool = False) -> str:
     """A copy of ``src`` whose head tensor of ``role`` (MTP layer 0; ``None``: one drawn with the
-    seed ``draw`` from every tensor the head is written from) holds ``value`` at a drawn position;
-    returns that tensor's key."""
+    seed ``draw`` from every tensor the head is written from — in an MLX folder, not the ones the
+    runtimes take from the trunk, ``FamilySpec.unread_in_mlx``) holds ``value`` at a drawn
+    position; returns that tensor's key."""
     import random
     import shutil
 
@@ -90,7 +91,8 @@ def _poisoned(src: Path, dst: Path, role: Role | None, value: float, draw: str =
     if role == Role.PRE_FC_NORM_EMBEDDING and not any(r.role == role for r in spec.rows()):
         role = Role.MAIN_NORM
     head = [k for k in sorted(weight_map) if (bare := spec.strip_prefix(k, config)) is not None
-            and spec.role_of(bare) is not None and not k.endswith("_scale_inv") and not _packed(dst, weight_map[k], k)]
+            and spec.role_of(bare) is not None and not k.endswith("_scale_inv") and not _packed(dst, weight_map[k], k)
+            and not (mlx and spec.role_of(bare) in spec.unread_in_mlx)]
     rng = random.Random(draw)
     key = rng.choice(head) if role is None else next(k for k in head if spec.role_of(spec.strip_prefix(k, config) or "") == role)
     shard = dst / weight_map[key]
@@ -175,6 +177,6 @@ def _mlx_case(family: str, poison: str, precision: str, clean, tmp_path: Path) -
     import shutil
 
     src = tmp_path / "src"
-    key = _poisoned(clean(family), src, *POISONS[poison], draw=f"{family}-{poison}-{precision}")
+    key = _poisoned(clean(family), src, *POISONS[poison], draw=f"{family}-{poison}-{precision}", mlx=True)
     target = Path(shutil.copytree(clean(family, True), tmp_path / "mlx"))
     _refused(["--source", str(src), "--target", str(target), "--precision", precision], target, key)
