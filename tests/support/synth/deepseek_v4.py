@@ -239,23 +239,35 @@ def _tensors(c: dict[str, Any], seed: int, dense: str) -> dict[str, tuple[str, l
             r = _rng(seed, p + "tid2eid")
             table = np.stack([r.permutation(e)[:k] for _ in range(v)]).astype(np.int32)
             out[p + "ffn.gate.tid2eid"] = ("I32", [v, k], table.tobytes())
-        for x in range(e):
-            for w, shape in expert_shapes(c).items():
-                name = f"{p}ffn.experts.{x}.{w}"
-                packed, exps = fp4_packed(name, shape, seed)
-                out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
-                out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
+        _fp4_experts(out, c, p, e, seed)
     for name, shape in floats.items():
-        w = _drafting(name, _draw(name, shape, seed), seed)
-        if dense == "fp8" and name.endswith(FP8_SUFFIXES):
-            codes, exps = fp8_e8m0(w)
-            out[name] = ("F8_E4M3", list(shape), codes)
-            out[name.removesuffix(".weight") + ".scale"] = ("F8_E8M0", list(exps.shape), exps.tobytes())
-        elif name.endswith(F32_SUFFIXES):
-            out[name] = ("F32", list(shape), w.tobytes())
-        else:
-            out[name] = ("BF16", list(shape), bf16_bytes(w))
+        _store(out, name, _drafting(name, _draw(name, shape, seed), seed), dense == "fp8" and name.endswith(FP8_SUFFIXES))
     return out
+
+
+def _fp4_experts(out: dict[str, tuple[str, list[int], bytes]], c: dict[str, Any], p: str, experts: int,
+                 seed: int) -> None:
+    """Layer ``p``'s routed experts as the release stores them: FP4 codes two a byte, an E8M0
+    exponent per 32 values."""
+    for x in range(experts):
+        for w, shape in expert_shapes(c).items():
+            name = f"{p}ffn.experts.{x}.{w}"
+            packed, exps = fp4_packed(name, shape, seed)
+            out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
+            out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
+
+
+def _store(out: dict[str, tuple[str, list[int], bytes]], name: str, w: np.ndarray, fp8: bool) -> None:
+    """One float tensor as the release stores it: FP8 with its E8M0 ``.scale`` (``fp8``), F32 for
+    the kinds kept in float32, bf16 otherwise."""
+    if fp8:
+        codes, exps = fp8_e8m0(w)
+        out[name] = ("F8_E4M3", list(w.shape), codes)
+        out[name.removesuffix(".weight") + ".scale"] = ("F8_E8M0", list(exps.shape), exps.tobytes())
+    elif name.endswith(F32_SUFFIXES):
+        out[name] = ("F32", list(w.shape), w.tobytes())
+    else:
+        out[name] = ("BF16", list(w.shape), bf16_bytes(w))
 
 
 def build_deepseek_v4(out_dir: str | Path, *, seed: int = 0, dense: str = "fp8", n_shards: int = 2,
@@ -362,23 +374,11 @@ def _dspark_tensors(c: dict[str, Any], stages: int, seed: int, dense: str,
     for s in range(stages):
         p = f"mtp.{s}."
         floats |= {p + k: shape for k, shape in layer_shapes(c, 0, False).items()}
-        for x in range(c["n_routed_experts"]):
-            for w, shape in expert_shapes(c).items():
-                name = f"{p}ffn.experts.{x}.{w}"
-                packed, exps = fp4_packed(name, shape, seed)
-                out[name + ".weight"] = ("I8", [shape[0], shape[1] // 2], packed)
-                out[name + ".scale"] = ("F8_E8M0", [shape[0], shape[1] // FP4_GROUP], exps)
+        _fp4_experts(out, c, p, c["n_routed_experts"], seed)
     fitted = _markov(c, bigrams, seed) if bigrams else {}
     for name, shape in floats.items():
         w = fitted[name] if name in fitted else _draw(name, shape, seed)
-        if dense == "fp8" and name.endswith((*FP8_SUFFIXES, "main_proj.weight")):
-            codes, exps = fp8_e8m0(w)
-            out[name] = ("F8_E4M3", list(shape), codes)
-            out[name.removesuffix(".weight") + ".scale"] = ("F8_E8M0", list(exps.shape), exps.tobytes())
-        elif name.endswith(F32_SUFFIXES):
-            out[name] = ("F32", list(shape), w.tobytes())
-        else:
-            out[name] = ("BF16", list(shape), bf16_bytes(w))
+        _store(out, name, w, dense == "fp8" and name.endswith((*FP8_SUFFIXES, "main_proj.weight")))
     return out
 
 
