@@ -54,7 +54,31 @@ def read_source(source: str, revision: str | None, model: str) -> tuple[Store, C
     if not is_raw_hf(cat):
         raise RefusedError(f"source {source} is not a raw Hugging Face checkpoint (it looks converted)",
                            "pass the original Hugging Face repo (e.g. Qwen/Qwen3.5-27B) as --source")
+    _fill_header_dims(cat, family)
     return store, cat, family
+
+
+def _fill_header_dims(cat: Catalogue, family: str) -> None:
+    """Widths the config leaves out and the family reads from a head tensor's header
+    (``FamilySpec.header_dims``) go into the config as read, so that every later step — shapes,
+    the trunk check, metadata — sees one config. A tensor that is not there leaves the key unset,
+    and the head is refused naming it."""
+    from .families import FAMILIES
+    from .inputs.model_config import ModelConfig
+
+    spec = FAMILIES[family]
+    tensors = cat.tensors if spec.header_dims else {}
+    found = {key: tensors[spec.head_prefix(cat.config) + bare].shape[axis]
+             for key, (bare, axis) in spec.header_dims.items()
+             if key not in cat.config.text_raw and spec.head_prefix(cat.config) + bare in tensors}
+    if not found:
+        return
+    raw = dict(cat.config)
+    if cat.config.nested:
+        raw["text_config"] = {**raw["text_config"], **found}
+    else:
+        raw.update(found)
+    cat.config = ModelConfig(raw, file=cat.config.file)
 
 
 

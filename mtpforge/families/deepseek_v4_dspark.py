@@ -88,4 +88,6 @@ DEEPSEEK_V4_DSPARK = replace(
     gguf_layer_arrays={},
     gguf_drafter=DRAFTER,
     config_marker="dspark_block_size",
+    # the released configs were not seen to state the rank; the converter takes it from the tensor
+    header_dims={"dspark_markov_rank": ("0.markov_head.markov_w1.weight", 1)},
 )

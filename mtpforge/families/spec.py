@@ -379,6 +379,10 @@ class FamilySpec:
     #: family's other one (DeepSeek-V4-Flash-DSpark's ``dspark_block_size``)
     gguf_drafter: "GgufDrafter | None" = None
     config_marker: str | None = None
+    #: widths a release's config need not state, read from a head tensor's header where it does
+    #: not (config key -> the tensor's key under the head prefix and the axis), as the family's
+    #: converter reads them (DSpark's Markov rank: ``markov_w1``'s columns)
+    header_dims: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     #: the trunk hidden state llama.cpp's MTP graph for this family hands the head (its
     #: ``t_h_nextn``): ``post`` (after ``output_norm``: Qwen, GLM, DeepSeek, ...) or ``pre``
     #: (``mimo2.cpp`` takes it before the norm); what ``verify`` of a GGUF reports

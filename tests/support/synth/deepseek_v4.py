@@ -325,9 +325,12 @@ def head_keys(folder: Path) -> list[str]:
 
 #: the DSpark drafter's config keys (read by llama.cpp's converter ``--dspark``), tiny values:
 #: drafts per block, the trunk layers whose hidden states feed ``main_proj`` (0-based; the GGUF
-#: states them + 1), the token that fills a block's undrafted slots, the Markov head's rank
+#: states them + 1), the token that fills a block's undrafted slots
 DSPARK_CONFIG: dict[str, Any] = {"dspark_block_size": 4, "dspark_target_layer_ids": [0, 1],
-                                 "dspark_noise_token_id": 505, "dspark_markov_rank": 64}
+                                 "dspark_noise_token_id": 505}
+#: the Markov head's rank: in the tensors only, as in the released configs seen (the converter and
+#: mtpforge read it from ``markov_w1``'s header)
+MARKOV_RANK = 64
 
 
 def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -336,7 +339,7 @@ def dspark_root_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     reads the target layers' hidden states side by side, ``main_norm`` normalizes its output,
     ``norm`` / ``hc_head_*`` close the last stage, the Markov head is a rank-R bigram bias on the
     draft logits and the confidence head scores a drafted position from [hidden | markov]."""
-    h, hc, v, r = c["hidden_size"], c["hc_mult"], c["vocab_size"], c["dspark_markov_rank"]
+    h, hc, v, r = c["hidden_size"], c["hc_mult"], c["vocab_size"], MARKOV_RANK
     t = len(c["dspark_target_layer_ids"])
     return {"main_proj.weight": (h, t * h), "main_norm.weight": (h,), "norm.weight": (h,),
             "hc_head_fn": (hc, hc * h), "hc_head_base": (hc,), "hc_head_scale": (1,),
@@ -354,7 +357,7 @@ def _markov(c: dict[str, Any], bigrams: Mapping[int, int], seed: int) -> dict[st
     token the sum of its predecessors' codes (``markov_w2``), so the bias ``w2 · w1[prev]`` is
     gain² on the bigram's next token and about gain² / sqrt(rank) elsewhere — larger than the
     untrained stages' logits, so the draft is the bigram chain."""
-    v, r = c["vocab_size"], c["dspark_markov_rank"]
+    v, r = c["vocab_size"], MARKOV_RANK
     codes = _rng(seed, "markov-codes").standard_normal((v, r)).astype(np.float32)
     codes /= np.linalg.norm(codes, axis=1, keepdims=True)
     w2 = np.zeros((v, r), np.float32)
