@@ -127,16 +127,50 @@ def test_the_dspark_file_equals_the_converters_at_q8_0(src: Path, tmp_path: Path
 def test_llama_server_drafts_with_mtpforges_dspark_file_as_with_the_converters(src: Path, qtype: str,
                                                                                 tmp_path: Path) -> None:
     """On the f32 and Q8_0 trunks: plain output, and the converter's file's drafted / accepted
-    counts (its stages untrained, its Markov head fitted: nearly every draft accepted)."""
+    counts (its stages untrained, its Markov head fitted: nearly every draft accepted) — measured
+    by ``mtpforge verify`` of the trunk, which finds the drafter beside it and runs it as
+    llama.cpp's DSpark example does (``--spec-type draft-dspark``, the block less its anchor)."""
     gguf_env.need("server")
     trunk = _trunk(src, tmp_path, qtype)
     ours = Path(judged.add_mtp(trunk, src, "--precision", "f32")["output"])
-    plain, with_ours = _measure(trunk, None), _measure(trunk, ours)
+    r = gguf_env.mtpforge("verify", str(trunk), "--json", "--llama-server", str(gguf_env.BIN / "llama-server"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    v = json.loads(r.stdout)
+    assert v["draft"] == str(ours) and v["spec_type"] == "draft-dspark" and v["draft_max"] == N_MAX
     with_theirs = _measure(trunk, official(src, "dspark", "f32", pre=PRE))
-    assert with_ours["tokens"] == plain["tokens"] and with_ours["drafted"] > 0
-    assert (with_ours["drafted"], with_ours["accepted"]) == (with_theirs["drafted"], with_theirs["accepted"])
-    assert with_ours["acceptance"] > 0.9, with_ours["acceptance"]
-    print(json.dumps({qtype: [with_ours["drafted"], with_ours["accepted"]]}))
+    assert v["identical"] is True and v["drafted"] > 0
+    assert (v["drafted"], v["accepted"]) == (with_theirs["drafted"], with_theirs["accepted"])
+    assert v["acceptance"] > 0.9 and v["dead_head"] is None, v["acceptance"]
+    print(json.dumps({qtype: [v["drafted"], v["accepted"]]}))
+
+
+def test_inspect_reads_the_drafter_beside_the_trunk_and_the_drafter_itself(src: Path, tmp_path: Path) -> None:
+    """The trunk: no MTP head, but the drafter beside it drafts for it (info, exit 0); the
+    drafter: three stages, its target layers, no finding; a copy without ``markov_w2`` or from
+    another trunk's width is named."""
+    from tests.test_gguf import _rewrite
+
+    trunk = _trunk(src, tmp_path)
+    ours = Path(judged.add_mtp(trunk, src, "--precision", "f32")["output"])
+    code, rep = judged.inspect_json(trunk)
+    assert code == 0 and rep["layout"] == "none" and [d["file"] for d in rep["drafters"]] == [ours.name]
+    assert rep["drafters"][0]["stages"] == STAGES and rep["drafters"][0]["spec_type"] == "draft-dspark"
+    assert [(f["code"], f["severity"]) for f in rep["findings"]] == [("MTP_HEAD_MISSING", "info")]
+    code, rep = judged.inspect_json(ours)
+    assert code == 0 and rep["findings"] == [] and rep["family"] == "deepseek_v4_dspark"
+    assert rep["drafter"]["target_layers"] == [1, 2] and rep["mtp_tensors"] == STAGES * BLOCK + len(ROOT)
+    assert rep["trunk"] == str(trunk)
+    (tmp_path / "bad").mkdir()
+    bad = _rewrite(ours, tmp_path / "bad" / ours.name, drop=("markov_w2.weight",))
+    code, rep = judged.inspect_json(bad)
+    assert code == 1 and [f["code"] for f in rep["findings"]] == ["MTP_MISSING_TENSORS"]
+    assert "markov_w2.weight" in rep["findings"][0]["message"]
+    (tmp_path / "bad" / trunk.name).write_bytes(trunk.read_bytes())
+    bad.rename(tmp_path / "bad" / ("dspark-other-F32.gguf"))
+    _rewrite(ours, tmp_path / "bad" / ours.name, kv={"dflash.target_layers": [1, 7]})
+    code, rep = judged.inspect_json(tmp_path / "bad" / trunk.name)
+    codes = sorted(f["code"] for f in rep["findings"])
+    assert code == 1 and codes == ["MTP_HEAD_MISSING", "MTP_MISSING_TENSORS", "MTP_SHAPE_MISMATCH"], rep["findings"]
 
 
 def test_the_drafting_comparison_sees_a_misread_markov_head(src: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
 from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
+from .drafter import drafter_dims, drafter_family, drafter_files, expected_drafter
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
 
@@ -86,28 +87,73 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
     want, maybe = expected_block(FAMILIES[family_of(head)], _dims(ref))
     held = {b: {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b} for b in blocks}
     for b, have in held.items():  # every MTP block that holds NextN tensors (Step-3.5: one per step)
-        missing = sorted(set(want) - set(have))
-        extra = sorted(set(have) - set(want) - maybe)
-        if missing:
-            out.append(finding("MTP_MISSING_TENSORS", f"{where}: the MTP block blk.{b} lacks {', '.join(missing[:3])}"
-                               + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""),
-                               "re-write the head with mtpforge add-mtp --force"))
-        if extra:
-            out.append(finding("MTP_UNEXPECTED_TENSORS", f"{where}: the MTP block blk.{b} has unexpected {', '.join(extra[:3])}",
-                               "re-write the head with mtpforge add-mtp --force"))
-        # a 0 in the expected shape is a width the reference GGUF does not state (no tensor has
-        # a 0 dimension): that tensor's shape is not judged, rather than called a mismatch
-        bad = [f"{k} {list(reversed(have[k].shape))} (expected {list(reversed(shp))})"
-               for k, shp in want.items() if k in have and 0 not in shp and tuple(have[k].shape) != shp]
-        if bad:
-            out.append(finding("MTP_SHAPE_MISMATCH", f"{where}: head of another model size: {'; '.join(bad[:2])}",
-                               "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
+        out += _held_against(f"{where}: the MTP block blk.{b}", have, want, maybe)
     if held:
         first = held[blocks[0]]
         info["mtp_tensors"] = sum(len(h) for h in held.values())
         info["mtp_bytes"] = sum(t.nbytes for h in held.values() for t in h.values())
         info["types"] = {k: t.type_name for k, t in sorted(first.items())}
         info["expert_format"] = "stacked" if any(k.endswith("_exps.weight") for k in first) else "none"
+    return out, info
+
+
+def _held_against(what: str, have: dict[str, Any], want: dict[str, tuple[int, ...]], maybe: set[str]) -> list[Finding]:
+    """What a set of tensors (a block, or a drafter's tensors outside its stages) lacks, holds
+    besides what is expected, and holds in another shape."""
+    out: list[Finding] = []
+    fix = "re-write the head with mtpforge add-mtp --force"
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want) - maybe)
+    if missing:
+        out.append(finding("MTP_MISSING_TENSORS", f"{what} lacks {', '.join(missing[:3])}"
+                           + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""), fix))
+    if extra:
+        out.append(finding("MTP_UNEXPECTED_TENSORS", f"{what} has unexpected {', '.join(extra[:3])}", fix))
+    # a 0 in the expected shape is a width the reference GGUF does not state (no tensor has
+    # a 0 dimension): that tensor's shape is not judged, rather than called a mismatch
+    bad = [f"{k} {list(reversed(have[k].shape))} (expected {list(reversed(shp))})"
+           for k, shp in want.items() if k in have and 0 not in shp and tuple(have[k].shape) != shp]
+    if bad:
+        out.append(finding("MTP_SHAPE_MISMATCH", f"{what}: head of another model size: {'; '.join(bad[:2])}",
+                           "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
+    return out
+
+
+def check_drafter_file(d: GgufFile, family: str, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
+    """A drafter file (``gguf/drafter.py``): every stage and the tensors outside them against the
+    family's rows at the file's own widths, and, beside its trunk, that it is this model's
+    (architecture, width, vocabulary, target layers within the trunk)."""
+    spec = FAMILIES[family]
+    dm = drafter_dims(d, spec)
+    want, maybe, root_want, root_maybe = expected_drafter(spec, dm)
+    out: list[Finding] = []
+    for b in range(d.block_count):
+        have = {n.split(".", 2)[2]: t for n, t in d.tensors.items() if block_of(n) == b}
+        out += _held_against(f"{where}: the drafter's stage blk.{b}", have, want, maybe)
+    root = {n: t for n, t in d.tensors.items() if block_of(n) is None}
+    out += _held_against(f"{where}: the drafter", root, root_want, root_maybe)
+    targets = [int(v) for v in d.get("{arch}.target_layers", []) or []]
+    if trunk is not None:
+        mismatch = []
+        if spec.gguf_arch != trunk.arch:
+            mismatch.append(f"it drafts for {spec.gguf_arch}, the trunk is {trunk.arch}")
+        elif d.get("{arch}.embedding_length") != trunk.get("{arch}.embedding_length"):
+            mismatch.append(f"its width is {d.get('{arch}.embedding_length')}, the trunk's "
+                            f"{trunk.get('{arch}.embedding_length')}")
+        emb = trunk.tensors.get("token_embd.weight")
+        if emb is not None and dm["V"] and emb.shape[0] != dm["V"]:
+            mismatch.append(f"its vocabulary is {dm['V']}, the trunk's {emb.shape[0]}")
+        if any(not 1 <= t <= trunk.block_count for t in targets):
+            mismatch.append(f"it reads the trunk's layers {targets}, the trunk has {trunk.block_count}")
+        out += [finding("MTP_SHAPE_MISMATCH", f"{where} is another model's drafter: {m}",
+                        "write one for this trunk with mtpforge add-mtp") for m in mismatch[:1]]
+    info: dict[str, Any] = {
+        "architecture": d.arch, "family": family, "spec_type": spec.gguf_drafter.spec_type if spec.gguf_drafter else None,
+        "stages": d.block_count, "block_size": d.get("{arch}.block_size"), "target_layers": targets,
+        "mtp_tensors": len(d.tensors), "mtp_bytes": sum(t.nbytes for t in d.tensors.values()),
+        "types": {k.split(".", 2)[2]: t.type_name for k, t in sorted(d.tensors.items()) if block_of(k) == 0},
+        "expert_format": "stacked" if any(k.endswith("_exps.weight") for k in d.tensors) else "none",
+    }
     return out, info
 
 
@@ -230,78 +276,111 @@ def _manifest(p: Path) -> GgufManifestFile | None:
 def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
     """Every tensor of the MTP blocks, whatever its encoding (F32/F16 under 4 MB only were read:
     a q8_0 or bf16 head holding NaN had no finding)."""
-    bad = nonfinite_tensors(g, [n for n in g.tensors if block_of(n) in blocks])
+    return _nonfinite_in(g, [n for n in g.tensors if block_of(n) in blocks], "")
+
+
+def _nonfinite_in(g: GgufFile, names: list[str], where: str) -> list[Finding]:
+    bad = nonfinite_tensors(g, names)
     if not bad:
         return []
-    return [finding("NONFINITE_WEIGHTS", f"NaN or Inf in {len(bad)} head tensor(s): {', '.join(bad[:3])}",
-                    "re-write the head with mtpforge add-mtp --force")]
+    return [finding("NONFINITE_WEIGHTS", f"{where + ': ' if where else ''}NaN or Inf in {len(bad)} head tensor(s): "
+                                         f"{', '.join(bad[:3])}", "re-write the head with mtpforge add-mtp --force")]
+
+
+def _mtp_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Finding], GgufFile | None, dict[str, Any]]:
+    """The ``mtp-*.gguf`` files beside a trunk: each one's entry, the findings of those meant for
+    it, and the first such head with its facts."""
+    siblings: list[dict[str, Any]] = []
+    findings: list[Finding] = []
+    head: GgufFile | None = None
+    info: dict[str, Any] = {}
+    for sp in sorted(p.parent.glob("mtp-*.gguf")):
+        entry: dict[str, Any] = {"file": sp.name}
+        try:
+            sg = read_local(sp)
+        except Exception as e:  # a damaged sibling is a finding, not a crash  # noqa: BLE001
+            msg = getattr(e, "message", str(e))
+            findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {sp.name}"))
+            entry["error"] = msg
+            siblings.append(entry)
+            continue
+        f, sinfo = check_head_file(sg, g, sp.name)
+        entry.update(sinfo)
+        if _for_other_trunk(entry, sp, p):
+            siblings.append(entry)
+            continue  # mtpforge wrote it for another trunk in this folder: not this one's head
+        siblings.append(entry)
+        findings += f
+        if head is None:
+            head, info = sg, sinfo
+    return siblings, findings, head, info
+
+
+def _for_other_trunk(entry: dict[str, Any], sp: Path, trunk: Path) -> bool:
+    """Records who wrote a head file and for which trunks in ``entry``; True when mtpforge wrote
+    it for other trunks than ``trunk``."""
+    m = _manifest(sp)
+    entry["written_by"] = "mtpforge" if m else None
+    entry["for_trunk"] = m.trunk.file if m and m.trunk else None
+    serves = gguf_trunk_files(m) if m else set()
+    if len(serves) > 1:
+        entry["for_trunks"] = sorted(serves)
+    return bool(serves) and trunk.name not in serves
+
+
+def _drafter_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Finding]]:
+    """The drafter files beside a trunk (DSpark's ``dspark-*.gguf``): each one's entry and the
+    findings of those meant for it."""
+    entries: list[dict[str, Any]] = []
+    findings: list[Finding] = []
+    for dp, fam in drafter_files(p, g.arch):
+        entry: dict[str, Any] = {"file": dp.name}
+        try:
+            d = read_local(dp)
+        except Exception as e:  # a damaged drafter is a finding, not a crash  # noqa: BLE001
+            msg = getattr(e, "message", str(e))
+            findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {dp.name}"))
+            entries.append({**entry, "error": msg})
+            continue
+        if drafter_family(d) != fam:
+            continue  # a file of that name that is no drafter of this family's
+        f, dinfo = check_drafter_file(d, fam, g, dp.name)
+        entry.update(dinfo)
+        entries.append(entry)
+        if not _for_other_trunk(entry, dp, p):
+            findings += f + _nonfinite_in(d, list(d.tensors), dp.name)
+    return entries, findings
 
 
 def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:
     p = Path(target).expanduser()
     g = read_local(p)
     family = family_of(g)
-    findings: list[Finding] = []
+    if family is None and (drafter := drafter_family(g)) is not None:
+        return _inspect_drafter(p, g, drafter, target, strict)
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
     is_mtp_only = FIRST_BLOCK_NORM not in g.tensors and bool(_mtp_blocks(g))
     siblings: list[dict[str, Any]] = []
+    drafters: list[dict[str, Any]] = []
+    findings: list[Finding] = []
     head: GgufFile | None = None
-    layout = "none"
-    info: dict[str, Any] = {}
+    layout, info = "none", {}
     if _mtp_blocks(g):
-        layout = GGUF_MTP.name if is_mtp_only else GGUF_TAIL.name
-        head = g
-        f, info = check_head_file(g, None, p.name)
-        findings += f
+        layout, head = (GGUF_MTP.name if is_mtp_only else GGUF_TAIL.name), g
+        findings, info = check_head_file(g, None, p.name)
     else:
-        for sp in sorted(p.parent.glob("mtp-*.gguf")):
-            entry: dict[str, Any] = {"file": sp.name}
-            try:
-                sg = read_local(sp)
-            except Exception as e:  # a damaged sibling is a finding, not a crash  # noqa: BLE001
-                msg = getattr(e, "message", str(e))
-                findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {sp.name}"))
-                entry["error"] = msg
-                siblings.append(entry)
-                continue
-            f, sinfo = check_head_file(sg, g, sp.name)
-            entry.update(sinfo)
-            m = _manifest(sp)
-            entry["written_by"] = "mtpforge" if m else None
-            entry["for_trunk"] = m.trunk.file if m and m.trunk else None
-            serves = gguf_trunk_files(m) if m else set()
-            if len(serves) > 1:
-                entry["for_trunks"] = sorted(serves)
-            siblings.append(entry)
-            if serves and p.name not in serves:
-                continue  # mtpforge wrote it for another trunk in this folder: not this one's head
-            findings += f
-            if head is None:
-                head, info, layout = sg, sinfo, GGUF_MTP.name
-    hint = _source_hint(g, source)
+        siblings, findings, head, info = _mtp_siblings(p, g)
+        layout = GGUF_MTP.name if head is not None else layout
+        drafters, df = _drafter_siblings(p, g)
+        findings += df
     if head is None:
-        if g.nextn_layers:
-            findings.append(finding("MTP_CONFIG_WITHOUT_WEIGHTS",
-                                    f"{p.name} declares {g.arch}.nextn_predict_layers = {g.nextn_layers} but holds no NextN tensors",
-                                    f"mtpforge add-mtp --source {hint} --target {target}"))
-        else:
-            findings.append(finding("MTP_HEAD_MISSING",
-                                    f"{p.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it (llama.cpp's draft-mtp has nothing to run)",
-                                    f"mtpforge add-mtp --source {hint} --target {target}"))
+        findings.append(_no_head(p, g, target, _source_hint(g, source), drafters))
     conv, conv_from = "none", "none"
     if head is not None:
         findings += _nonfinite(head, _mtp_blocks(head))
-        if source:
-            conv, conv_from, nf = _norm_convention(head, source, revision)
-            findings += nf
-        else:
-            m = _manifest(head.path) if head.path else None
-            if m:
-                conv, conv_from = m.norm_convention or "shifted", "manifest"
-            else:
-                conv, conv_from, nf = _norms_from_trunk(head, g, family)
-                findings += nf
+        conv, conv_from, nf = _convention(head, g, family, source, revision)
+        findings += nf
     report: dict[str, Any] = {
         "target": target, "format": "gguf", "architecture": g.arch, "family": family, "layout": layout,
         "config_mtp_layers": (head or g).nextn_layers, "block_count": g.block_count,
@@ -310,11 +389,67 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
         "norm_convention": conv, "norm_convention_from": conv_from,
         "expert_format": info.get("expert_format", "none"),
         "quantization": {"file_type": g.get("general.file_type"), "mtp_types": info.get("types", {})},
-        "mtp_files": siblings, "head_file": str(head.path) if head is not None and head.path else None,
+        "mtp_files": siblings, "drafters": drafters,
+        "head_file": str(head.path) if head is not None and head.path else None,
         "findings": [f.as_dict() for f in findings],
     }
-    bad = any(f.severity == "error" or (strict and f.severity == "warning") for f in findings)
-    report["exit_code"] = 1 if bad else 0
+    report["exit_code"] = _exit_code(findings, strict)
+    return report
+
+
+def _exit_code(findings: list[Finding], strict: bool) -> int:
+    return 1 if any(f.severity == "error" or (strict and f.severity == "warning") for f in findings) else 0
+
+
+def _no_head(p: Path, g: GgufFile, target: str, hint: str, drafters: list[dict[str, Any]]) -> Finding:
+    """The finding for a trunk without an MTP head: a count without tensors, a missing head, or
+    — with a drafter of its own beside it — only the note that draft-mtp has nothing to run."""
+    fix = f"mtpforge add-mtp --source {hint} --target {target}"
+    if g.nextn_layers:
+        return finding("MTP_CONFIG_WITHOUT_WEIGHTS",
+                       f"{p.name} declares {g.arch}.nextn_predict_layers = {g.nextn_layers} but holds no NextN tensors", fix)
+    mine = [d for d in drafters if "error" not in d]
+    if mine:
+        d = mine[0]
+        return finding("MTP_HEAD_MISSING", f"{p.name} has no MTP head (no NextN tail, no mtp-*.gguf); the drafter {d['file']} "
+                                           f"beside it drafts for it with --spec-type {d['spec_type']}",
+                       f"nothing to do for {d['spec_type']}; for draft-mtp as well: {fix}", severity="info")
+    return finding("MTP_HEAD_MISSING",
+                   f"{p.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it (llama.cpp's draft-mtp has nothing to run)",
+                   fix)
+
+
+def _convention(head: GgufFile, g: GgufFile, family: str, source: str | None,
+                revision: str | None) -> tuple[str, str, list[Finding]]:
+    """The head's norm convention: against --source, else from mtpforge's record, else from the
+    trunk's own norms."""
+    if source:
+        return _norm_convention(head, source, revision)
+    m = _manifest(head.path) if head.path else None
+    if m:
+        return m.norm_convention or "shifted", "manifest", []
+    return _norms_from_trunk(head, g, family)
+
+
+def _inspect_drafter(p: Path, d: GgufFile, family: str, target: str, strict: bool) -> dict[str, Any]:
+    """``inspect`` of a drafter file itself: its stages and root tensors, against the trunk its
+    record names when that trunk is beside it."""
+    m = _manifest(p)
+    trunk_path = p.with_name(m.trunk.file) if m and m.trunk else None
+    trunk = read_local(trunk_path) if trunk_path is not None and trunk_path.is_file() else None
+    findings, info = check_drafter_file(d, family, trunk, p.name)
+    findings += _nonfinite_in(d, list(d.tensors), p.name)
+    report: dict[str, Any] = {
+        "target": target, "format": "gguf", "architecture": d.arch, "family": family, "layout": GGUF_MTP.name,
+        "config_mtp_layers": d.block_count, "block_count": d.block_count, "trunk_layers": None,
+        "mtp_tensors": info["mtp_tensors"], "mtp_bytes": info["mtp_bytes"],
+        "norm_convention": (m.norm_convention or "raw") if m else "unknown", "norm_convention_from": "manifest" if m else "none",
+        "expert_format": info["expert_format"],
+        "quantization": {"file_type": d.get("general.file_type"), "mtp_types": info["types"]},
+        "mtp_files": [], "drafter": info, "head_file": str(p), "trunk": str(trunk_path) if trunk is not None else None,
+        "findings": [f.as_dict() for f in findings],
+    }
+    report["exit_code"] = _exit_code(findings, strict)
     return report
 
 
@@ -371,4 +506,4 @@ def inspect_gguf_hub_repo(store: Any, target: str, *, strict: bool) -> dict[str,
     return None
 
 
-__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_hub_repo", "check_head_file"]
+__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_hub_repo", "check_drafter_file", "check_head_file"]

@@ -211,9 +211,11 @@ def dim_keys(spec: FamilySpec) -> dict[str, str]:
     return {s: k for s, k in {**GGUF_DIM_KEYS, **spec.gguf_dim_keys}.items() if k is not None}
 
 
-def gguf_dims(get: Callable[[str], int], vocab: int, spec: FamilySpec) -> dict[str, int]:
-    """The family rows' shape symbols from a GGUF's metadata (``get`` reads ``{arch}.*`` keys)."""
-    base = {s: get(k) for s, k in dim_keys(spec).items()}
+def gguf_dims(get: Callable[[str], int], vocab: int, spec: FamilySpec,
+              stated: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The family rows' shape symbols from a GGUF's metadata (``get`` reads ``{arch}.*`` keys;
+    ``stated``: symbols the file gives some other way, before the derived ones are built)."""
+    base = {**{s: get(k) for s, k in dim_keys(spec).items()}, **(stated or {})}
     H, heads, kv, D, X = (base.get(s, 0) for s in ("H", "NH", "KV", "D", "IM"))
     S = get("expert_shared_feed_forward_length") or get("expert_shared_count") * X
     out = {**base, "2H": 2 * H, "QD": heads * D, "KD": kv * D, "2IM": 2 * X, "IS": S, "1": 1,

@@ -9,6 +9,7 @@ wrote for it, else the only one there).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,16 +20,19 @@ from ..inputs.manifest_file import gguf_trunk_files, read_gguf_manifest
 from ..progress import Progress
 from .addmtp import MANIFEST_SUFFIX
 from ..families import FAMILIES
+from .drafter import drafter_family, drafter_files
 from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local
 from .names import block_of, family_of
 from .server import decode_all, llama_server, require_llama_server
 
 
-def find_mtp_file(trunk: Path) -> Path | None:
-    """The MTP-only GGUF llama.cpp would pair with ``trunk``: mtpforge's (its manifest names the
-    trunk), else the only ``mtp-*.gguf`` in the folder."""
+def find_mtp_file(trunk: Path, arch: str | None = None) -> Path | None:
+    """The head file llama.cpp would pair with ``trunk``: an MTP-only GGUF or, for a trunk of
+    ``arch``, a drafter of its own (``gguf/drafter.py``) — mtpforge's (its manifest names the
+    trunk), else the only one in the folder."""
     cands = sorted(p for p in trunk.parent.glob("mtp-*.gguf") if p.is_file())
+    cands += [p for p, _ in drafter_files(trunk, arch)] if arch else []
     for p in cands:
         m, _ = read_gguf_manifest(p.with_name(p.name + MANIFEST_SUFFIX))
         if m is not None and trunk.name in gguf_trunk_files(m):
@@ -36,12 +40,55 @@ def find_mtp_file(trunk: Path) -> Path | None:
     return cands[0] if len(cands) == 1 else None
 
 
+@dataclass(frozen=True)
+class _Head:
+    """What verify drafts with: the file (None: the trunk's own NextN tail), the GGUF that holds
+    the head, how llama-server loads it, and how many tokens it drafts a step."""
+
+    file: Path | None
+    gguf: GgufFile
+    spec_type: str
+    n_max: int
+    hidden: str
+    note: str
+
+
+def _head(tpath: Path, trunk: GgufFile, draft: str | None, n_max: int) -> _Head:
+    """The trunk's own tail, else ``--draft``, else the head file beside it. A drafter (DSpark)
+    drafts a block at a time: unless ``--depth`` says more, the block less its anchor, as
+    llama.cpp's own DSpark example runs it."""
+    fam = FAMILIES.get(family_of(trunk) or "")
+    hidden = fam.gguf_mtp_hidden if fam is not None else "post"
+    if trunk.nextn_layers > 0 and any(".nextn." in n for n in trunk.tensors):
+        return _Head(None, trunk, "draft-mtp", n_max, hidden, _fed(hidden))
+    mtp_file = Path(draft).expanduser() if draft else find_mtp_file(tpath, trunk.arch)
+    if mtp_file is None:
+        raise RefusedError(f"{tpath.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it",
+                           f"mtpforge add-mtp --source <original Hugging Face repo> --target {tpath}")
+    if not mtp_file.is_file():
+        raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
+    head = read_local(mtp_file)
+    drafter = drafter_family(head)
+    d = FAMILIES[drafter].gguf_drafter if drafter else None
+    if d is None:
+        return _Head(mtp_file, head, "draft-mtp", n_max, hidden, _fed(hidden))
+    block = int(head.get("{arch}.block_size", 0) or 0)
+    return _Head(mtp_file, head, d.spec_type, n_max if n_max > 1 or block < 2 else block - 1, hidden,
+                 f"llama.cpp's {d.spec_type} drafter reads the hidden states of the trunk's layers "
+                 f"{head.get('{arch}.target_layers')} and drafts {block - 1} tokens a step")
+
+
+def _fed(hidden: str) -> str:
+    return f"llama.cpp feeds its MTP head the {hidden}-norm hidden state"
+
+
 def _refuse_nonfinite(head: GgufFile) -> None:
     """A head holding NaN or Inf is a failed check before any decoding: llama.cpp drafts with it,
     the target rejects every draft, and the output stays identical to plain decoding, so the run
-    passed (exit 0) with a damaged head."""
+    passed (exit 0) with a damaged head. A drafter file is all head."""
     blocks = {block_of(n) for n in head.tensors if ".nextn." in n}
-    bad = nonfinite_tensors(head, [n for n in head.tensors if block_of(n) in blocks])
+    drafter = drafter_family(head) is not None
+    bad = nonfinite_tensors(head, [n for n in head.tensors if drafter or block_of(n) in blocks])
     if bad:
         raise RefusedError(f"{head.name}: NaN or Inf in {len(bad)} MTP head tensor(s) ({', '.join(bad[:3])}), "
                            "so its drafts mean nothing; nothing was decoded",
@@ -57,17 +104,8 @@ def verify_gguf(
 
     tpath = Path(target).expanduser()
     trunk = read_local(tpath)  # a file that is not a GGUF is said before a missing llama-server
-    own_tail = trunk.nextn_layers > 0 and any(".nextn." in n for n in trunk.tensors)
-    mtp_file: Path | None = None
-    head = trunk  # the file that holds the head: the trunk's own tail, or the MTP-only file
-    if not own_tail:
-        mtp_file = Path(draft).expanduser() if draft else find_mtp_file(tpath)
-        if mtp_file is None:
-            raise RefusedError(f"{tpath.name} has no MTP head: no NextN tail and no mtp-*.gguf beside it",
-                               f"mtpforge add-mtp --source <original Hugging Face repo> --target {tpath}")
-        if not mtp_file.is_file():
-            raise InputError(f"--draft {draft} does not exist", "pass the MTP-only .gguf file")
-        head = read_local(mtp_file)
+    h = _head(tpath, trunk, draft, n_max)
+    mtp_file, head, own_tail, n_max = h.file, h.gguf, h.file is None, h.n_max
     _refuse_nonfinite(head)
     binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
@@ -77,9 +115,9 @@ def verify_gguf(
     with llama_server(binary, tpath) as srv:
         plain = decode_all(srv, texts, max_tokens)
     t_plain = time.monotonic() - t0
-    prog.step(f"greedy decoding with --spec-type draft-mtp ({'NextN tail' if own_tail else mtp_file.name})")  # type: ignore[union-attr]
+    prog.step(f"greedy decoding with --spec-type {h.spec_type} ({'NextN tail' if own_tail else mtp_file.name})")  # type: ignore[union-attr]
     t0 = time.monotonic()
-    with llama_server(binary, tpath, draft=mtp_file, mtp=True, n_max=n_max) as srv:
+    with llama_server(binary, tpath, draft=mtp_file, mtp=True, n_max=n_max, spec_type=h.spec_type) as srv:
         spec = decode_all(srv, texts, max_tokens)
     t_spec = time.monotonic() - t0
     identical = all(a.tokens == b.tokens for a, b in zip(plain, spec))
@@ -87,14 +125,14 @@ def verify_gguf(
     accepted = sum(c.accepted for c in spec)
     tokens = sum(len(c.tokens) for c in spec)
     acc = accepted / drafted if drafted else 0.0
-    problems, notes, cpu_identical = _identity(binary, tpath, mtp_file, texts, plain, spec, max_tokens, n_max, prog)
+    problems, notes, cpu_identical = _identity(binary, tpath, h, texts, plain, spec, max_tokens, prog)
     if drafted == 0:
         problems.append("llama.cpp drafted nothing: the MTP head was not used")
     if acc < min_acceptance:
         problems.append(f"acceptance {acc:.1%} is below --min-acceptance {min_acceptance:.1%}")
-    fam = FAMILIES.get(family_of(trunk) or "")
-    hidden = fam.gguf_mtp_hidden if fam is not None else "post"
-    dead = _dead_head(acc, drafted, head, trunk.block_count - trunk.nextn_layers if own_tail else trunk.block_count, hidden)
+    hidden = h.hidden
+    first = trunk.block_count - trunk.nextn_layers if own_tail else 0 if h.spec_type != "draft-mtp" else trunk.block_count
+    dead = _dead_head(acc, drafted, head, first, hidden)
     base = [c.tok_s for c in plain if c.tok_s]
     mtp = [c.tok_s for c in spec if c.tok_s]
     b_tps = sum(base) / len(base) if base else None
@@ -111,7 +149,8 @@ def verify_gguf(
         "per_prompt": [{"prompt": t, "tokens": len(c.tokens), "drafted": c.drafted, "accepted": c.accepted,
                         "acceptance": c.accepted / c.drafted if c.drafted else 0.0} for t, c in zip(texts, spec)],
         "problems": problems, "ok": not problems, "exit_code": 1 if problems else 0,
-        "notes": [f"llama.cpp feeds its MTP head the {hidden}-norm hidden state", *notes],
+        "spec_type": h.spec_type,
+        "notes": [h.note, *notes],
         "dead_head": dead,
     }
     if dead is not None:
@@ -123,8 +162,8 @@ def verify_gguf(
     return result
 
 
-def _identity(binary: Path, trunk: Path, mtp_file: Path | None, texts: list[str], plain: list[Any], spec: list[Any],
-              max_tokens: int, n_max: int, prog: Progress) -> tuple[list[str], list[str], bool | None]:
+def _identity(binary: Path, trunk: Path, h: _Head, texts: list[str], plain: list[Any], spec: list[Any],
+              max_tokens: int, prog: Progress) -> tuple[list[str], list[str], bool | None]:
     """(problems, notes, identical on the CPU backend) of the drafted output against plain
     decoding: a difference is a failure only when the CPU backend keeps it (``_identical_on_cpu``)."""
     bad = [i for i, (a, b) in enumerate(zip(plain, spec)) if a.tokens != b.tokens]
@@ -132,7 +171,7 @@ def _identity(binary: Path, trunk: Path, mtp_file: Path | None, texts: list[str]
         return [], [], None
     prog.step(f"output differs on {counted(len(bad), 'prompt')}: decoding {'it' if len(bad) == 1 else 'them'} "
               "again on the CPU backend (-ngl 0)")
-    if not _identical_on_cpu(binary, trunk, mtp_file, [texts[i] for i in bad], max_tokens, n_max):
+    if not _identical_on_cpu(binary, trunk, h, [texts[i] for i in bad], max_tokens):
         return [f"output with draft-mtp differs from plain greedy decoding on prompt(s) {bad}"], [], False
     return [], [f"on this llama-server's accelerator the output with draft-mtp differs from plain decoding on prompt(s) "
                 f"{bad}, and on its CPU backend it is identical: llama.cpp's GPU kernels verify a batch of drafted tokens "
@@ -166,7 +205,7 @@ def _dead_head(acc: float, drafted: int, head_file: GgufFile, first_mtp_block: i
     return {"acceptance": acc, "drafted": drafted, "head_types": types, "causes": why, "message": msg}
 
 
-def _identical_on_cpu(binary: Path, trunk: Path, mtp_file: Path | None, texts: list[str], max_tokens: int, n_max: int) -> bool:
+def _identical_on_cpu(binary: Path, trunk: Path, h: _Head, texts: list[str], max_tokens: int) -> bool:
     """Plain and drafted decoding of ``texts`` again with every layer on the CPU backend. Why:
     with layers offloaded to a GPU, llama.cpp's CUDA backend verifies a batch of drafted tokens
     with other kernels than it decodes one token with, and greedy output then differs from plain
@@ -177,7 +216,7 @@ def _identical_on_cpu(binary: Path, trunk: Path, mtp_file: Path | None, texts: l
     cpu = ["-ngl", "0"]
     with llama_server(binary, trunk, extra=cpu) as srv:
         plain = decode_all(srv, texts, max_tokens)
-    with llama_server(binary, trunk, draft=mtp_file, mtp=True, n_max=n_max, extra=cpu) as srv:
+    with llama_server(binary, trunk, draft=h.file, mtp=True, n_max=h.n_max, extra=cpu, spec_type=h.spec_type) as srv:
         spec = decode_all(srv, texts, max_tokens)
     return all(a.tokens == b.tokens for a, b in zip(plain, spec))
 
