@@ -110,8 +110,10 @@ def test_the_dspark_file_equals_the_converters_export(src: Path, tmp_path: Path)
 
 def test_the_dspark_file_equals_the_converters_at_q8_0(src: Path, tmp_path: Path) -> None:
     """The converter's types follow the source's whatever ``--outtype`` says, and add-mtp's
-    whatever ``--precision`` says: byte for byte its ``--outtype q8_0`` file."""
-    r = judged.add_mtp(_trunk(src, tmp_path), src, "--precision", "q8_0")
+    whatever ``--precision`` says: byte for byte its ``--outtype q8_0`` file — with
+    ``--keep-fc-full-precision`` too, which says that it changes nothing here (the fc is Q8_0)."""
+    r = judged.add_mtp(_trunk(src, tmp_path), src, "--precision", "q8_0", "--keep-fc-full-precision")
+    assert any("--keep-fc-full-precision has no effect on deepseek_v4_dspark" in n for n in r["notes"]), r["notes"]
     ours, ref = Path(r["output"]), official(src, "dspark", "q8_0", pre=PRE)
     assert ours.name.endswith("-Q8_0.gguf")
     a, b = read_local(ours), read_local(ref)

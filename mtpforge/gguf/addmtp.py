@@ -276,7 +276,11 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
     dest, carried = _destination(trunk, tpath, row, prec, output, drafter.file_prefix if drafter else "mtp-")
     if drafter:  # it reads the trunk's embeddings and output through llama.cpp, never a copy
         carried = []
-    full_fc = keep_fc and is_quantized(prec)
+    # it changes the head only where the family's converter does not fix the fc's type itself
+    # (DeepSeek-V4's and DSpark's fc is Q8_0 from FP8 at every precision)
+    fixed_fc = keep_fc and is_quantized(prec) and plan == plan_head(src.entries, src.config, 0 if drafter else n_trunk, prec,
+                                                                     src.expert_format, False)
+    full_fc = keep_fc and is_quantized(prec) and not fixed_fc
     sizes = {f: src.store.size(f) for f in {i.file for i in src.entries.values()}}
     fingerprint = {
         "source": source_fingerprint(sizes, src.entries, src.commit, src.store),
@@ -294,7 +298,10 @@ def _plan(source: str, target: str, row: GgufLayout, prec: str, revision: str | 
         "run": (f"llama-server -m {tpath} -md {dest} --spec-type {_spec_type(family)}" if row.beside_trunk
                 else f"llama-server -m {dest} --spec-type draft-mtp"),
     }
-    if keep_fc and not full_fc:
+    if fixed_fc:
+        report["notes"].append(f"--keep-fc-full-precision has no effect on {family}: llama.cpp's converter writes its fc in "
+                               "a type of its own whatever the precision, and so does mtpforge")
+    elif keep_fc and not full_fc:
         report["notes"].append(f"--keep-fc-full-precision has no effect with precision {prec} (nothing is quantized)")
     return GgufAddPlan(row, trunk, family, src, plan, carried, dest, fetch_list((s for t in plan for s in t.slices), src.entries),
                        fingerprint, report)
