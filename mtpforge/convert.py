@@ -44,7 +44,9 @@ def transform_slice(
     """The pure part: one slice's source bytes -> output bytes per suffix (decoded, and refused
     when not finite, by ``headplan.decode``, as the GGUF emitter's are)."""
     w32 = decode(info, raw, shape, scale)
-    if m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
+    if m.transform is not None:
+        w32 = m.transform(w32)
+    elif m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
         return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
     if m.norm:
         w32 = np.asarray(add_offset(w32, m.offset))
@@ -68,7 +70,7 @@ def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> 
         for e, sl in enumerate(m.slices):
             info = entries[sl.src]
             scale = read_scale(sl.src, entries, read)
-            k = row_blocks(sl, info)
+            k = 1 if m.transform is not None else row_blocks(sl, info)
             step = (sl.end - sl.start) // k
             shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
             for j in range(k):
