@@ -1,6 +1,7 @@
-"""mlx-vlm drafter: a separate folder (``<target>-mtp-drafter``) with bare keys and its own
-config (``model_type``: the family's ``mlx_vlm_drafter_type``, e.g. ``qwen3_5_mtp``,
-``nemotron_h_mtp``) that mlx-vlm's ``--draft-kind mtp`` loads."""
+"""mlx-vlm drafter: a separate folder (``<target>-mtp-drafter``) with its own config
+(``model_type``: the family's ``mlx_vlm_drafter_type``, e.g. ``qwen3_5_mtp``, ``nemotron_h_mtp``)
+that mlx-vlm's ``--draft-kind mtp`` loads strictly, its keys as the family's drafter model holds
+them: bare (Qwen, Nemotron-H), or GLM-5's ``mtp.``-prefixed, renamed and MLA-split spelling."""
 
 from __future__ import annotations
 
