@@ -44,7 +44,9 @@ def transform_slice(
     """The pure part: one slice's source bytes -> output bytes per suffix (decoded, and refused
     when not finite, by ``headplan.decode``, as the GGUF emitter's are)."""
     w32 = decode(info, raw, shape, scale)
-    if m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
+    if m.transform is not None:
+        w32 = m.transform(w32)
+    elif m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
         return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
     if m.norm:
         w32 = np.asarray(add_offset(w32, m.offset))
@@ -61,20 +63,24 @@ Converted = tuple[list[tuple[str, bytes, int, int]], int]
 
 def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> Iterator[Callable[[], Converted]]:
     """One job per row block of every slice, in the plan's order; the source is read here (one
-    reader, in order), the conversion runs in the job."""
+    reader, in order), the conversion runs in the job. A slice read again (for a second part of
+    a tensor stored split) completes no source bytes for the progress bar a second time."""
+    counted: set[tuple[str, int, int]] = set()
     for m in plan.modules:
         names = {s.key[len(plan.placement.key(m.bare)):] or "": s.key for s in m.specs(plan.placement)}
         n = len(m.slices)
         for e, sl in enumerate(m.slices):
             info = entries[sl.src]
             scale = read_scale(sl.src, entries, read)
-            k = row_blocks(sl, info)
+            k = 1 if m.transform is not None else row_blocks(sl, info)
+            once = (sl.src, sl.start, sl.end) not in counted
+            counted.add((sl.src, sl.start, sl.end))
             step = (sl.end - sl.start) // k
             shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
             for j in range(k):
                 raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
                 yield partial(_convert, m, names, raw, info, shape, block_scale(scale, j, k, sl.shape),
-                              e * k + j, n * k, sl.end - sl.start if j == k - 1 else 0)
+                              e * k + j, n * k, sl.end - sl.start if j == k - 1 and once else 0)
 
 
 def _convert(m: OutModule, names: Mapping[str, str], raw: bytes, info: TensorInfo, shape: tuple[int, ...],

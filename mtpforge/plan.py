@@ -8,14 +8,14 @@ refused here, before a byte is downloaded; the dry run prints exactly this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .errors import CorruptFileError, InputError, RefusedError, unknown_choice
 from .families import FAMILIES
 from .families.spec import STACKED, UNCAST_ROLES, FamilySpec
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
-from .headplan import (SliceRef, is_scale, scale_of, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
+from .headplan import (HeadPart, SliceRef, is_scale, scale_of, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
                        peak_memory_estimate as _peak, refuse_misfit)
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
@@ -44,6 +44,9 @@ class OutModule:
     slices: list[SliceRef]  # one for a plain tensor, E for a stack
     #: what the norm pass adds (the family spec's ``offset_of``: 0 but for zero-centred norms)
     offset: float = 0.0
+    #: float32 source tensor -> this module's values, for a part of a tensor the placement
+    #: stores split (``Placement.parts``); the slice is then converted whole
+    transform: Callable[[Any], Any] | None = None
 
     def specs(self, placement: Placement) -> list[TensorSpec]:
         base = placement.key(self.bare)
@@ -299,20 +302,25 @@ def build_plan(
         notes.append(rule.float_request_note)
     ask = QuantAsk(family, base, default_q, out_fmt, keep_fc, notes)
 
-    modules = _plan_modules(family_spec(src_config), entries, dims(src_config)["E"], src_fmt, out_fmt,
-                            lambda mod, shape: rule.predicate(mod, shape, ask), float_dtype)
     pl = placement(layout, family, src_config)
+    modules = _plan_modules(family_spec(src_config), entries, dims(src_config), src_fmt, out_fmt,
+                            lambda mod, shape: rule.predicate(mod, shape, ask), float_dtype, pl)
     return Plan(family, layout, out_fmt, n_layers, float_dtype, default_q, modules, pl, notes)
 
 
-def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, src_fmt: str, out_fmt: str,
-                  predicate: Any, float_dtype: str) -> list[OutModule]:
+def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], dm: Mapping[str, int], src_fmt: str,
+                  out_fmt: str, predicate: Any, float_dtype: str, pl: Placement) -> list[OutModule]:
     """The MLX emitter: every part of the head (``headplan.head_parts``) as an output module —
-    a stack by its MLX module path, any other part by its source key. Tensors no MLX runtime
-    reads (``FamilySpec.unread_in_mlx``) are neither fetched nor written; those mlx-lm's convert
-    does not cast (``UNCAST_ROLES``) keep the source's float dtype."""
+    a stack by its MLX module path, a tensor the placement stores split as its parts, any other
+    part by its source key. Tensors no MLX runtime reads (``FamilySpec.unread_in_mlx``), or the
+    placement's runtime takes from the target, are neither fetched nor written; those mlx-lm's
+    convert does not cast (``UNCAST_ROLES``) keep the source's float dtype."""
     modules: list[OutModule] = []
-    for p in head_parts(spec, entries, E, src_fmt, stack=out_fmt == STACKED, skip_roles=spec.unread_in_mlx):
+    skip = spec.unread_in_mlx | pl.skip_roles
+    for p in head_parts(spec, entries, dm["E"], src_fmt, stack=out_fmt == STACKED, skip_roles=skip):
+        if (split := _split_modules(p, dm, predicate, float_dtype, pl)):
+            modules += split
+            continue
         if p.stacked:
             assert p.role is not None
             mod = spec.module(p.role, p.step)
@@ -324,6 +332,23 @@ def _plan_modules(spec: FamilySpec, entries: Mapping[str, TensorInfo], E: int, s
         dtype = _KEEP_FLOAT.get(src_dtype, float_dtype) if p.role in UNCAST_ROLES else float_dtype
         modules.append(OutModule(mod, has_w, p.shape, predicate(mod, p.shape), dtype, p.norm, list(p.slices), p.offset))
     return modules
+
+
+def _split_modules(p: HeadPart, dm: Mapping[str, int], predicate: Any, float_dtype: str,
+                   pl: Placement) -> list[OutModule]:
+    """The parts of a source tensor the placement stores split (passes/mla.py, op for op as the
+    runtime's splitter), each read from the whole source tensor; [] for any other tensor."""
+    from .passes.mla import SPLITS, split_part
+
+    parts = dict(pl.parts)
+    if p.role not in SPLITS or not all(r in parts for r, _ in SPLITS[p.role].parts):
+        return []
+    out = []
+    for j, (role, shape_syms) in enumerate(SPLITS[p.role].parts):
+        mod, shape = parts[role].format(i=p.step), tuple(dm[s] for s in shape_syms)
+        out.append(OutModule(mod, True, shape, predicate(mod, shape), float_dtype, False, list(p.slices),
+                             transform=split_part(p.role, j, dm)))
+    return out
 
 
 def _planned_facts(plan: Plan) -> HeadFacts:

@@ -114,6 +114,13 @@ def test_inspect_finds_the_head_mlx_lm_convert_dropped_and_names_the_release(dsa
 
 @pytest.mark.parametrize("runtime", ["vllm-mlx", "mlx-vlm", "exo"])
 def test_runtimes_that_do_not_draft_the_family_say_so(dsa, runtime: str) -> None:
+    """mlx-vlm drafts GLM-5 from the drafter folder add-mtp --runtime mlx-vlm writes
+    (tests/test_family_glm5_mlx_vlm.py), and DeepSeek-V3.2 not at all."""
+    from mtpforge.runtimes.table import RUNTIMES
+
+    if dsa["family"] not in RUNTIMES[runtime].no_mtp:
+        assert (runtime, dsa["family"]) == ("mlx-vlm", "glm_moe_dsa")
+        return
     judged.runtime_says_it_does_not_draft(dsa["src"], dsa["mlx"], dsa["root"] / f"nodraft-{runtime}", runtime,
                                           dsa["family"], FAMILIES[dsa["family"]][0])
 

@@ -17,7 +17,7 @@ from ..checkpoint.store import LocalStore, Store
 from ..errors import InputError
 from ..families import FAMILIES
 from ..families.detect import detect_family
-from ..families.spec import FamilySpec
+from ..families.spec import FamilySpec, Role
 from ..families.tables import declared_mtp_layers
 from ..layouts.detect import HeadLocation, is_raw_hf, locate_head
 from ..layouts.table import MANIFEST
@@ -108,6 +108,16 @@ class InspectContext:
         from ..layouts.table import LAYOUTS
 
         return self.loc.layout not in LAYOUTS or LAYOUTS[self.loc.layout].has_backbone
+
+    @property
+    def stored_parts(self) -> dict[Role, str]:
+        """The tensors the head's layout stores split (``Placement.parts``): part role -> module."""
+        from ..layouts.table import LAYOUTS
+
+        try:
+            return dict(LAYOUTS[self.loc.layout].place(self.spec).parts) if self.loc.layout in LAYOUTS else {}
+        except ValueError:
+            return {}
 
     @property
     def add_fix(self) -> str:

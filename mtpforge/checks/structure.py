@@ -55,7 +55,8 @@ def check(ctx: InspectContext) -> list[Finding]:
     ctx.report["expert_format"] = fmt
     found_layers = mtp_layers_of(bare_keys, fam)
     n_layers = declared or (max(found_layers) + 1 if found_layers else 1)
-    ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None, present=bare_keys)
+    ctx.expected = expected_head(ctx.cat.config, n_layers, fmt if fmt != "none" else None, present=bare_keys,
+                                 parts=ctx.stored_parts)
     stored, wanted = set(weighted_modules(bare_keys)), set(modules(list(ctx.expected)))
     missing = sorted(wanted - stored)
     unexpected = sorted(stored - wanted)

@@ -25,6 +25,12 @@ GLM_MOE_DSA = replace(
     # mlx-lm's glm_moe_dsa model is its deepseek_v32 one under GLM's arguments
     mlx_lm_classes=mlx_lm_model("glm_moe_dsa"),
     head_layer=mlx_lm_class("deepseek_v32", "DeepseekV32DecoderLayer"),
+    # mlx-vlm 0.7.10's GlmMoeDsaMTPDraftModel: the NextN layer under ``mtp.``, its final norm
+    # renamed, ``kv_b_proj`` split into embed_q / unembed_out (``mlx_layer_parts``), experts stacked
+    layouts=("sidecar", "mlx-vlm-drafter"),
+    mlx_vlm_drafter_type="glm_moe_dsa_mtp",
+    mlx_vlm_drafter_prefix="mtp.",
+    mlx_vlm_drafter_renames={"shared_head.norm": "shared_head_norm"},
     gguf_arch="glm-dsa",
     gguf_names_as=None,
     example_repo="zai-org/GLM-5",

@@ -408,6 +408,12 @@ class FamilySpec:
     #: family (layout ``mlx-vlm-drafter``: its ``DRAFTER_KIND_BY_MODEL_TYPE`` key); None: mlx-vlm
     #: has no drafter for it
     mlx_vlm_drafter_type: str | None = None
+    #: the module the drafter model holds the head in (GLM-5's ``mtp.``), prefixed to every key
+    #: and module path of its folder; empty: the head's modules are the drafter's own (Qwen)
+    mlx_vlm_drafter_prefix: str = ""
+    #: bare module path -> the drafter's name for it, where mlx-vlm's splitter renames a module
+    #: its drafter model holds under another name (GLM-5's ``shared_head.norm``)
+    mlx_vlm_drafter_renames: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def one_step(self) -> bool:

@@ -150,13 +150,14 @@ def declared_mtp_layers(config: Mapping[str, Any], family: "str | FamilySpec | N
 
 
 def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str | None = None,
-                  present: Iterable[str] = ()) -> dict[str, tuple[int, ...]]:
+                  present: Iterable[str] = (), parts: Mapping[Role, str] | None = None) -> dict[str, tuple[int, ...]]:
     """Bare head keys -> unquantized shapes, for ``n_layers`` MTP layers. Optional rows (a copy
     a release may leave out) are expected only where ``present`` (the keys a head holds) has
     them: a head is complete without them, and of the right shape with them.
 
     ``expert_format`` is one of the family's expert formats for MoE configs (default: the
-    stacked one) and ignored for dense ones.
+    stacked one) and ignored for dense ones. ``parts`` (part role -> module path: a layout that
+    stores a tensor split, ``Placement.parts``) expects those parts in place of that tensor.
     """
     dm = dims(config)
     spec = family_spec(config)
@@ -169,11 +170,24 @@ def expected_head(config: Mapping[str, Any], n_layers: int, expert_format: str |
             if not row_exists(r, config):
                 continue
             shape = tuple(dm[s] for s in r.shape)
+            if parts and (split := _split_parts(r.role, parts, dm)):
+                out.update({k.format(i=i): v for k, v in split.items()})
+                continue
             for e in range(dm["E"] if "{e}" in r.key else 1):
                 key = r.key.format(i=i, e=e)
                 if not r.optional or key in have:
                     out[key] = shape
     return out
+
+
+def _split_parts(role: Role, parts: Mapping[Role, str], dm: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """The parts' keys and shapes of a tensor of ``role`` stored split (passes/mla.py); {} for one
+    stored whole."""
+    from ..passes.mla import SPLITS
+
+    if role not in SPLITS or not all(r in parts for r, _ in SPLITS[role].parts):
+        return {}
+    return {parts[r] + ".weight": tuple(dm[s] for s in syms) for r, syms in SPLITS[role].parts}
 
 
 def is_norm_key(bare: str, family: "str | FamilySpec | None" = None) -> bool:

@@ -12,6 +12,7 @@ from ..checkpoint.safetensors_header import TensorInfo
 from ..checkpoint.tensors import to_mx
 from ..families import FAMILIES
 from ..families.tables import head_specs
+from . import mlx_vlm_drafter
 from .table import SIDECAR_FILE, VLLM_MLX_WEIGHTS, is_drafter_type, loads_in_mlx_lm_glob
 
 
@@ -108,8 +109,7 @@ def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
     """Find the head. When several layouts are present (a folder patched twice), the first in
     exo's probe order wins and the rest are listed in ``also_found``."""
     if is_drafter_type(cat.config.get("model_type")):
-        entries = {k: v for h in cat.headers.values() for k, v in h.tensors.items()}
-        return HeadLocation("mlx-vlm-drafter", entries, {k: k for k in entries})
+        return _drafter_head(cat, family)
     found = _candidates(cat, family)
     order = ["sidecar", "embedded", "vllm-mlx", "hf"]
     present = [l for l in order if found.get(l)]
@@ -121,6 +121,15 @@ def locate_head(cat: Catalogue, family: str | None) -> HeadLocation:
     for bare, info in entries.items():
         stored[bare] = info.name
     return HeadLocation(first, entries, stored, also_found=present[1:])
+
+
+def _drafter_head(cat: Catalogue, family: str | None) -> HeadLocation:
+    """Every tensor of a drafter folder, by the bare key its family's drafter spelling stores
+    it under (``mlx_vlm_drafter.place``); a key outside that spelling keeps its stored name."""
+    pl = mlx_vlm_drafter.place(FAMILIES[family]) if family in FAMILIES else None
+    stored = {k: (pl.bare_of(k) if pl is not None else None) or k for h in cat.headers.values() for k in h.tensors}
+    entries = {stored[k]: info for h in cat.headers.values() for k, info in h.tensors.items()}
+    return HeadLocation("mlx-vlm-drafter", entries, {bare: k for k, bare in stored.items()})
 
 
 def read_entries(cat: Catalogue, entries: Mapping[str, TensorInfo]) -> dict[str, mx.array]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
 
-from ..families.spec import FamilySpec
+from ..families.spec import FamilySpec, Role
 
 
 class LayoutName(str, Enum):
@@ -48,13 +48,31 @@ class Placement:
     #: (``Topology.appended_steps``): a bare ``{i}.rest`` is stored as ``prefix + (N + i).rest``,
     #: so Step-3.5's step 1 lands at ``model.layers.{N+1}.`` as released; None: ``prefix + bare``
     first_step: int | None = None
+    #: (bare module, stored name) where the runtime holds a module under another name
+    renames: tuple[tuple[str, str], ...] = ()
+    #: (part role, module path) of each tensor stored split as its runtime holds it (MLA's
+    #: ``kv_b_proj`` as mlx-vlm's GLM-5 drafter: ``FamilySpec.mlx_layer_parts``, passes/mla.py)
+    parts: tuple[tuple[Role, str], ...] = ()
+    #: head roles the runtime takes from the target instead (not written)
+    skip_roles: frozenset[Role] = frozenset()
 
     def key(self, bare: str) -> str:
         """The stored key (or module path) of a bare head key in this placement."""
         if self.first_step is None:
-            return self.prefix + bare
+            return self.prefix + dict(self.renames).get(bare, bare)
         step, rest = bare.split(".", 1)
         return f"{self.prefix}{self.first_step + int(step)}.{rest}"
+
+    def bare_of(self, stored: str) -> str | None:
+        """The bare head key of a key this placement stores (:meth:`key` undone), None for a key
+        without its prefix."""
+        if not stored.startswith(self.prefix):
+            return None
+        rest = stored[len(self.prefix):]
+        for bare, name in self.renames:
+            if rest == name or rest.startswith(name + "."):
+                return bare + rest[len(name):]
+        return rest
 
     def module_path(self, bare_module: str) -> str:
         """The module path a runtime builds for a head module (bare, no ``.weight``) — the key its

@@ -66,18 +66,17 @@ _NO_DEEPSEEK_V3 = {
     "omlx": "oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not DeepSeek-V3",
 }
 #: DeepSeek-V3.2 and GLM-5 (docs/families/deepseek_v32.md, glm_moe_dsa.md): MTPLX's deepseek_mtp
-#: drafts them; mlx-vlm 0.7.10's glm_moe_dsa_mtp drafter is a form mtpforge does not write yet
+#: drafts them; mlx-vlm 0.7.10 drafts GLM-5 from its glm_moe_dsa_mtp drafter folder (add-mtp
+#: --runtime mlx-vlm writes it), and has no drafter for DeepSeek-V3.2
 _DSA_NAMES = {"deepseek_v32": "DeepSeek-V3.2", "glm_moe_dsa": "GLM-5"}
 _NO_DSA = {f: {
     "mlx-lm-mtp": f"mlx-lm #990 adds MTP to Qwen3.5/3.6 only, not {n}",
     "vllm-mlx": f"vllm-mlx 0.6.0 drafts Qwen MTP heads only, not {n}",
     "exo": f"exo #2110 adds MTP to Qwen3.5/3.6 only, not {n}",
-    "mlx-vlm": "mlx-vlm 0.7.10 has no DeepSeek-V3.2 MTP drafter (its DRAFTER_KIND_BY_MODEL_TYPE lists no "
-               "deepseek_v32)" if f == "deepseek_v32" else
-               "mlx-vlm 0.7.10 drafts GLM-5 from its own glm_moe_dsa_mtp drafter folder, which mtpforge does "
-               "not write yet (docs/families/glm_moe_dsa.md §4)",
     "omlx": f"oMLX's MTP path is the embedded layout, which is for Qwen3.5/3.6, not {n}",
 } for f, n in _DSA_NAMES.items()}
+_NO_DSA["deepseek_v32"]["mlx-vlm"] = ("mlx-vlm 0.7.10 has no DeepSeek-V3.2 MTP drafter (its "
+                                      "DRAFTER_KIND_BY_MODEL_TYPE lists no deepseek_v32)")
 
 #: Nemotron-H: MTPLX's nemotron_h_mtp and mlx-lm #1533 draft it; mlx-vlm 0.7.10 has a drafter
 #: mtpforge does not write yet (docs/families/nemotron_h.md)
@@ -116,7 +115,7 @@ def _not_drafted(runtime: str) -> dict[str, str]:
     qwen4 = {"qwen4_exp": _NO_QWEN4_EXP[runtime]} if runtime in _NO_QWEN4_EXP else {}
     return {"glm4_moe": _NO_GLM[runtime], "glm4_moe_lite": _NO_GLM_FLASH[runtime],
             "deepseek_v3": _NO_DEEPSEEK_V3[runtime], "step3p5": _NO_STEP3P5[runtime], **nemotron, **qwen4,
-            **{f: no[runtime] for f, no in _NO_DSA.items()}}
+            **{f: no[runtime] for f, no in _NO_DSA.items() if runtime in no}}
 
 
 #: mlx-lm #1533's ``convert`` form: the head in model*.safetensors, experts stacked, every linear
