@@ -25,17 +25,18 @@ from tests.crash_harness import (
 )
 
 SEED = 7
-#: (scenario, variant, kills) — 37 kill moments, every scenario, both default layouts
+#: (scenario, variant, kills) — 26 kill moments, every scenario, both default layouts (the soak
+#: script, scripts/soak_kill.py, runs hundreds)
 MATRIX: list[tuple[str, str, int]] = [
-    ("add", "qwen3_5", 7),
-    ("add", "qwen3_next", 4),
-    ("add-symlinked", "qwen3_5", 6),
-    ("add-output", "qwen3_5", 4),
-    ("remove", "qwen3_5", 4),
-    ("remove-symlinked", "qwen3_next", 3),
-    ("add-rename-fallback", "qwen3_5", 3),
-    ("add-output-empty", "qwen3_5", 3),
-    ("replace-force", "qwen3_5", 3),
+    ("add", "qwen3_5", 5),
+    ("add", "qwen3_next", 3),
+    ("add-symlinked", "qwen3_5", 4),
+    ("add-output", "qwen3_5", 3),
+    ("remove", "qwen3_5", 3),
+    ("remove-symlinked", "qwen3_next", 2),
+    ("add-rename-fallback", "qwen3_5", 2),
+    ("add-output-empty", "qwen3_5", 2),
+    ("replace-force", "qwen3_5", 2),
 ]
 
 
