@@ -44,6 +44,10 @@ from mtplx.generation import generate_ar, generate_mtpk
 from mtplx.sampling import SamplerConfig
 greedy = dict(sampler=SamplerConfig(temperature=0.0, top_p=1.0, top_k=0), stop_token_ids=set())
 rt = R.load(sys.argv[1], mtp=True)
+import hashlib
+from mlx.utils import tree_flatten
+params = {k: [str(v.dtype), list(v.shape), hashlib.sha256(bytes(memoryview(v))).hexdigest()]
+          for k, v in tree_flatten(rt.model.mtp.parameters()) if any(w in k for w in sys.argv[3:])}
 standins.float32_expert_stacks(rt.model)
 prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]]
 plain = [generate_ar(rt, p, max_tokens=24, **greedy).tokens for p in prompts]
@@ -51,7 +55,7 @@ res = [generate_mtpk(rt, p, max_tokens=24, speculative_depth=1, mtp_hidden_varia
                      mtp_cache_policy="persistent", mtp_history_policy="committed", **greedy) for p in prompts]
 print(json.dumps({"mtp_enabled": bool(getattr(rt, "mtp_enabled", False)), "model": type(rt.model).__name__,
                   "identical": [r.tokens for r in res] == plain,
-                  "drafted": sum(int(r.stats.drafted_tokens) for r in res)}))
+                  "drafted": sum(int(r.stats.drafted_tokens) for r in res), "params": params}))
 """
 
 
@@ -65,10 +69,12 @@ def mtplx_run(script: str, folder: Path, *args: str) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=600)
 
 
-def mtplx_drafts(folder: Path) -> dict[str, Any]:
+def mtplx_drafts(folder: Path, *params: str) -> dict[str, Any]:
     """MTPLX loads ``folder`` with MTP and decodes 3 prompts x 24 tokens greedily, with and without
-    drafting: whether MTP was enabled, whether the outputs are identical, how many drafts."""
-    r = mtplx_run(MTPLX_PROBE, folder)
+    drafting: whether MTP was enabled, whether the outputs are identical, how many drafts; and
+    each head parameter whose name holds one of ``params`` as it loaded it (name -> dtype, shape,
+    sha256 of its bytes), from the same load."""
+    r = mtplx_run(MTPLX_PROBE, folder, *params)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -95,22 +101,33 @@ def add_mtp(src: Path | str, folder: Path, *extra: str) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
-def mtplx_judges_the_head(src: Path, mlx: Path, folder: Path, extra: list[str], drafts: bool = True) -> dict[str, Any]:
+def mtplx_judges_the_head(src: Path, mlx: Path, folder: Path, extra: list[str], drafts: bool = True,
+                          params: tuple[str, ...] = ()) -> dict[str, Any]:
     """add-mtp (``extra``: e.g. ``--runtime mtplx``) into a copy of ``mlx``: MTPLX loads the sidecar
     with MTP enabled, drafts and decodes as its plain decode; inspect --runtime mtplx finds
     nothing; verify --generate decodes as plain greedy decoding. Returns MTPLX's and verify's
-    figures. ``drafts=False``: MTPLX is not run (plain add-mtp and ``--runtime mtplx`` on the
-    family's own fixture are cells of the runtime conformance matrix, tests/conformance)."""
+    figures and inspect's report. ``drafts=False``: MTPLX is not run (plain add-mtp and ``--runtime
+    mtplx`` on the family's own fixture are cells of the runtime conformance matrix,
+    tests/conformance); ``params``: as :func:`mtplx_drafts`."""
     shutil.copytree(mlx, folder)
     rep = add_mtp(src, folder, *extra)
     assert (folder / "mtp.safetensors").is_file() and rep["layout"] == "sidecar"
-    got = mtplx_drafts(folder) if drafts else None
+    got = mtplx_drafts(folder, *params) if drafts else None
     assert got is None or got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
     r = mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx")
     assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
     v = mtpforge("verify", str(folder), "--generate", "--json", "--max-tokens", "24")
     assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
-    return {"add": rep, "mtplx": got, "verify": json.loads(v.stdout)}
+    return {"add": rep, "mtplx": got, "verify": json.loads(v.stdout), "inspect": json.loads(r.stdout)}
+
+
+#: the absorbed MLA matrices (``kv_b_proj`` split) among a head's parameters
+MLA_PARAMS = ("embed_q", "unembed_out")
+
+
+def mla_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The MLA matrices of :func:`mtplx_drafts`' ``params``, named after ``self_attn.``."""
+    return {k.split("self_attn.")[1]: v for k, v in params.items() if any(w in k for w in MLA_PARAMS)}
 
 
 def inspect_finds_the_dropped_head(mlx: Path, family: str, example_repo: str) -> None:
