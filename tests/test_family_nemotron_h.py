@@ -184,19 +184,24 @@ def _mlx_vlm_probe(target: Path, drafter: Path, *theirs: Path) -> dict:
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("extra", [["--runtime", "mlx-vlm"], ["--layout", "mlx-vlm-drafter"]], ids=["runtime", "layout"])
-def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(nemotron, extra: list[str]) -> None:
+def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(nemotron) -> None:
     """``<target>-mtp-drafter`` (``model_type`` ``nemotron_h_mtp``, bare ``layers.{0,1}.*`` keys,
     experts stacked, every linear at the model's bits but the router): mlx-vlm 0.7.10's
     ``load_drafter`` builds its ``NemotronHMTPDraftModel`` from it, every parameter equal to a
     stored tensor (dtype included), none missing or unused; its speculative ``stream_generate``
-    drafts and decodes exactly as its plain one; inspect --runtime mlx-vlm finds no error."""
+    drafts and decodes exactly as its plain one; inspect --runtime mlx-vlm finds no error.
+    ``--layout mlx-vlm-drafter`` alone writes the same files, byte for byte."""
     from safetensors import safe_open
 
-    folder = nemotron["root"] / f"vlm-{extra[0][2:]}"
+    folder = nemotron["root"] / "vlm-runtime"
     shutil.copytree(nemotron["mlx"], folder)
-    rep = judged.add_mtp(nemotron["src"], folder, *extra)
+    rep = judged.add_mtp(nemotron["src"], folder, "--runtime", "mlx-vlm")
     drafter = folder.parent / f"{folder.name}-mtp-drafter"
+    by_layout = nemotron["root"] / "vlm-layout"
+    shutil.copytree(nemotron["mlx"], by_layout)
+    judged.add_mtp(nemotron["src"], by_layout, "--layout", "mlx-vlm-drafter")
+    for f in ("model.safetensors", "config.json"):
+        assert (drafter / f).read_bytes() == (by_layout.parent / f"{by_layout.name}-mtp-drafter" / f).read_bytes(), f
     assert rep["layout"] == "mlx-vlm-drafter" and rep["family"] == "nemotron_h", rep
     cfg = json.loads((drafter / "config.json").read_text())
     assert cfg["model_type"] == "nemotron_h_mtp" and cfg["text_config"]["num_nextn_predict_layers"] == 1
