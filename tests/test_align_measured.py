@@ -21,7 +21,8 @@ from mtpforge.verify import verify
 from tests.checkers import folder_state
 
 MODEL = Path(__file__).resolve().parent.parent / "mtpforge" / "data" / "tiny-qwen3_5"
-#: measured: 54.0% -> 93.4% (30 steps on 32 sequences of 48 tokens); the gain asserted is well under that and far above noise
+#: measured: 54.0% -> 86.2% (12 steps on 16 sequences of 48 tokens; 93.4% with 30 on 32); the gain asserted is well
+#: under that and far above noise
 #: (one drafted token of verify's ~90 is 1.1 points)
 MIN_GAIN = 0.15
 KEYS = {"target", "head_folder", "family", "layout", "dry_run", "status", "train_steps", "seed", "before", "after",
@@ -44,7 +45,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_align_wins_back_what_a_2bit_trunk_costs_and_output_stays_identical(target: Path) -> None:
     before_state = folder_state(target.parent)
-    r = cli(str(target), "--steps", "30", "--sequences", "32", "--length", "48", "--json")
+    r = cli(str(target), "--steps", "12", "--sequences", "16", "--length", "48", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert KEYS <= set(out), KEYS - set(out)
@@ -61,7 +62,7 @@ def test_align_wins_back_what_a_2bit_trunk_costs_and_output_stays_identical(targ
     assert v["acceptance"] == pytest.approx(out["after"]["acceptance"], abs=1e-4)
     manifest = json.loads((target / "mtpforge.json").read_text())
     rec = manifest["aligned"][-1]
-    assert rec["acceptance_before"] == round(out["before"]["acceptance"], 4) and rec["steps"] == 30
+    assert rec["acceptance_before"] == round(out["before"]["acceptance"], 4) and rec["steps"] == 12
     assert manifest["verify"]["acceptance"] == round(out["after"]["acceptance"], 4)
     assert "mtpforge align" in (target / "README.md").read_text()
 
