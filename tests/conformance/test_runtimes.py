@@ -7,7 +7,9 @@ folder written by ``mtpforge add-mtp --runtime R`` from the bundled trained mode
 Qwen3-Next fixture). A cell passes when the head loads with every tensor consumed (none missing,
 unexpected or mis-shaped, values as written), the runtime's greedy MTP output equals its plain
 output, the backbone decodes exactly like the same folder without a head, and the runtime
-drafted. Acceptance is reported as the runtime counts it, beside ``mtpforge verify``'s.
+drafted. Acceptance is reported as the runtime counts it, beside ``mtpforge verify``'s for the
+non-Qwen families, where the two are held together (for every cell with
+``MTPFORGE_CONFORMANCE_VERIFY=1``).
 
 The "default-output" cells give every runtime the folder plain ``add-mtp`` writes: its backbone
 must be unchanged everywhere, and MTPLX (which reads the sidecar) must draft it. The variants of
