@@ -53,9 +53,9 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          # mlx-vlm's own decode loop, plain and drafting, on the tiny Qwen3.8-Flash-Next
                          "tests/test_family_qwen4_exp.py::test_mlx_vlm_drafts",
                          "tests/test_family_qwen4_exp.py::test_the_bf16_drafter",
-                         # and on the tiny GLM-5's glm_moe_dsa_mtp drafters (one run, ~15 s)
-                         "tests/test_family_glm5_mlx_vlm.py::test_mlx_vlm_drafts",
-                         "tests/test_family_glm5_mlx_vlm.py::test_the_drafters_are",
+                         # and on the tiny GLM-5's glm_moe_dsa_mtp drafters, with the module's fixture (a
+                         # checkpoint, mlx_lm.convert and three add-mtp runs: ~40 s of CPU)
+                         "tests/test_family_glm5_mlx_vlm.py",
                          # MTPLX's step3p5_mtp on Step-3.5's MLX head, one and three MTP layers (~2.5 min)
                          "tests/test_family_step3p5.py::test_add_mtp_writes", "tests/test_family_step3p5.py::test_a_quantized",
                          "tests/test_family_step3p5.py::test_norms_left",
