@@ -296,12 +296,8 @@ def _mtp_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Find
     info: dict[str, Any] = {}
     for sp in sorted(p.parent.glob("mtp-*.gguf")):
         entry: dict[str, Any] = {"file": sp.name}
-        try:
-            sg = read_local(sp)
-        except Exception as e:  # a damaged sibling is a finding, not a crash  # noqa: BLE001
-            msg = getattr(e, "message", str(e))
-            findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {sp.name}"))
-            entry["error"] = msg
+        sg = _read_sibling(sp, entry, findings)
+        if sg is None:
             siblings.append(entry)
             continue
         f, sinfo = check_head_file(sg, g, sp.name)
@@ -314,6 +310,18 @@ def _mtp_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Find
         if head is None:
             head, info = sg, sinfo
     return siblings, findings, head, info
+
+
+def _read_sibling(sp: Path, entry: dict[str, Any], findings: list[Finding]) -> GgufFile | None:
+    """A head file beside the trunk, or None with its error in ``entry`` and a finding: a
+    damaged sibling is a finding, not a crash."""
+    try:
+        return read_local(sp)
+    except Exception as e:  # noqa: BLE001
+        msg = getattr(e, "message", str(e))
+        findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {sp.name}"))
+        entry["error"] = msg
+        return None
 
 
 def _for_other_trunk(entry: dict[str, Any], sp: Path, trunk: Path) -> bool:
@@ -335,12 +343,9 @@ def _drafter_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[
     findings: list[Finding] = []
     for dp, fam in drafter_files(p, g.arch):
         entry: dict[str, Any] = {"file": dp.name}
-        try:
-            d = read_local(dp)
-        except Exception as e:  # a damaged drafter is a finding, not a crash  # noqa: BLE001
-            msg = getattr(e, "message", str(e))
-            findings.append(finding("CORRUPT_FILE", msg, f"re-download or re-write {dp.name}"))
-            entries.append({**entry, "error": msg})
+        d = _read_sibling(dp, entry, findings)
+        if d is None:
+            entries.append(entry)
             continue
         if drafter_family(d) != fam:
             continue  # a file of that name that is no drafter of this family's

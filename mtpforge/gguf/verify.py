@@ -82,12 +82,11 @@ def _fed(hidden: str) -> str:
     return f"llama.cpp feeds its MTP head the {hidden}-norm hidden state"
 
 
-def _refuse_nonfinite(head: GgufFile) -> None:
+def _refuse_nonfinite(head: GgufFile, drafter: bool) -> None:
     """A head holding NaN or Inf is a failed check before any decoding: llama.cpp drafts with it,
     the target rejects every draft, and the output stays identical to plain decoding, so the run
     passed (exit 0) with a damaged head. A drafter file is all head."""
     blocks = {block_of(n) for n in head.tensors if ".nextn." in n}
-    drafter = drafter_family(head) is not None
     bad = nonfinite_tensors(head, [n for n in head.tensors if drafter or block_of(n) in blocks])
     if bad:
         raise RefusedError(f"{head.name}: NaN or Inf in {len(bad)} MTP head tensor(s) ({', '.join(bad[:3])}), "
@@ -106,7 +105,7 @@ def verify_gguf(
     trunk = read_local(tpath)  # a file that is not a GGUF is said before a missing llama-server
     h = _head(tpath, trunk, draft, n_max)
     mtp_file, head, own_tail, n_max = h.file, h.gguf, h.file is None, h.n_max
-    _refuse_nonfinite(head)
+    _refuse_nonfinite(head, h.spec_type != "draft-mtp")
     binary = require_llama_server(llama_server_path)
     texts = list(prompts) if prompts else list(DEFAULT_PROMPTS)
     prog = Progress(enabled=progress)
