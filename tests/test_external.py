@@ -36,7 +36,8 @@ def test_summary_is_one_line_per_program() -> None:
     ]
 
 
-@pytest.mark.parametrize("ci,full,runs", [("", "", False), ("1", "", True), ("", "1", True), ("0", "0", False)])
+@pytest.mark.parametrize("ci,full,runs", [("", "", False), ("1", "", True), ("", "1", True), ("0", "0", False),
+                                         ("1", "0", False)])
 def test_the_long_suites_run_under_ci_or_when_asked(monkeypatch: pytest.MonkeyPatch, ci: str, full: str, runs: bool) -> None:
     monkeypatch.setenv("MTPFORGE_CI", ci)
     monkeypatch.setenv("MTPFORGE_FULL", full)
