@@ -130,6 +130,24 @@ def mla_of(params: dict[str, Any]) -> dict[str, Any]:
     return {k.split("self_attn.")[1]: v for k, v in params.items() if any(w in k for w in MLA_PARAMS)}
 
 
+def remove_takes_the_drafter_away(src: Path, mlx: Path, work: Path, family: str, example_repo: str) -> None:
+    """add-mtp --runtime mlx-vlm into a copy of ``mlx``, then remove-mtp on the model folder: the
+    drafter folder is gone, the model folder is as converted, and inspect finds the missing head
+    again."""
+    from tests.test_hostile import tree_state
+
+    folder = work / "m"
+    shutil.copytree(mlx, folder)
+    before = tree_state(folder)
+    add_mtp(src, folder, "--runtime", "mlx-vlm")
+    drafter = work / "m-mtp-drafter"
+    assert drafter.is_dir()
+    r = mtpforge("remove-mtp", str(folder), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not drafter.exists() and tree_state(folder) == before, r.stdout
+    inspect_finds_the_dropped_head(folder, family, example_repo)
+
+
 def inspect_finds_the_dropped_head(mlx: Path, family: str, example_repo: str) -> None:
     """The converted folder declares an MTP head and stores none: the one finding, with the
     add-mtp command that fixes it (the family's release as the example source)."""

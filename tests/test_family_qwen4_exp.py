@@ -201,18 +201,7 @@ def test_add_mtp_from_the_hub_fetches_only_the_heads_bytes(qwen4, hub, tmp_path:
 def test_remove_mtp_undoes_the_drafter_byte_for_byte(qwen4, tmp_path: Path) -> None:
     """remove-mtp on the model folder takes the drafter folder away and leaves the model folder
     as mlx-vlm's convert wrote it; inspect then finds the missing head again."""
-    from tests.test_hostile import tree_state
-
-    folder = tmp_path / "m"
-    shutil.copytree(qwen4["mlx"], folder)
-    before = tree_state(folder)
-    judged.add_mtp(qwen4["src"], folder, "--runtime", "mlx-vlm")
-    drafter = tmp_path / "m-mtp-drafter"
-    assert drafter.is_dir()
-    r = judged.mtpforge("remove-mtp", str(folder), "--json")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert not drafter.exists() and tree_state(folder) == before, r.stdout
-    judged.inspect_finds_the_dropped_head(folder, "qwen4_exp", EXAMPLE)
+    judged.remove_takes_the_drafter_away(qwen4["src"], qwen4["mlx"], tmp_path, "qwen4_exp", EXAMPLE)
 
 
 def test_verify_says_mtpforge_cannot_decode_this_family(qwen4, tmp_path: Path) -> None:
