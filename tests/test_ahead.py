@@ -70,3 +70,15 @@ def test_in_order_raises_at_the_failed_job_and_holds_a_bounded_window() -> None:
     assert got == [i * i for i in range(11)]
     time.sleep(0.2)  # jobs already running finish; none beyond the window was started
     assert max(log) <= 11 + 3
+
+
+@pytest.mark.parametrize("given, expected", [("3", 3), ("16", 16), ("0", None), ("many", None), ("", None)])
+def test_mtpforge_threads_sets_the_converting_threads_and_a_bad_value_keeps_the_default(
+        monkeypatch: pytest.MonkeyPatch, given: str, expected: int | None) -> None:
+    import os
+
+    from mtpforge.writer import ahead
+
+    monkeypatch.setenv("MTPFORGE_THREADS", given)
+    default = max(1, min(4, os.cpu_count() or 1))
+    assert ahead._workers() == (expected if expected is not None else default)

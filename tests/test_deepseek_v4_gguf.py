@@ -311,3 +311,15 @@ def test_inspect_verify_and_remove_mtp_speak_of_the_deepseek_v4_head(src: Path, 
     r = mtpforge("remove-mtp", str(trunk), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["status"] == "removed", r.stderr
     assert sorted(p.name for p in trunk.parent.iterdir()) == [trunk.name] and gguf_env.sha256(trunk) == before
+
+
+def test_a_dead_heads_precision_cause_does_not_blame_the_releases_fp4_experts(ref: GgufFile) -> None:
+    """Verify's dead-head causes: the MXFP4 experts are the release's own bytes at every
+    ``--precision``, so advice to re-create the head at f16 would change nothing there; a head
+    whose other matrices are full is "full enough" (its values are what is off)."""
+    from mtpforge.gguf.verify import _dead_head
+
+    dead = _dead_head(0.01, 200, ref, 0, "post")
+    assert dead is not None and "MXFP4" in dead["head_types"], dead
+    assert "full enough" in dead["causes"][0] and "the release's own FP4 experts" in dead["causes"][0]
+    assert "--precision f16" not in dead["message"]

@@ -25,8 +25,11 @@ import re
 import struct
 import time
 import uuid
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
 import httpx2
@@ -150,23 +153,62 @@ class RangeCache:
         return self.dir(run.file) / f"{run.start}-{run.end}.bin"
 
 
-def _fetch_run(store: HubStore, run: Run, dest: Path, advance) -> int:
-    """Download one run into ``dest`` (complete or not at all); return body bytes received."""
+def _download_run(store: HubStore, run: Run, dest: Path, advance) -> tuple[Path, int]:
+    """Download one run into a temporary file beside ``dest``; return it and the body bytes
+    received. ``_settle_run`` makes it part of the cache."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
     try:
         with open(tmp, "wb") as f:
             received = stream_range(store.url(run.file), run.start, run.end, f, file_size=store.size(run.file),
                                     what=f"{run.file} of {store.short_name}", on_bytes=advance)
-            f.flush()
-            os.fsync(f.fileno())
+        return tmp, received
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def _settle_run(tmp: Path, dest: Path, run: Run) -> None:
+    """The run on disk (fsync), of the right length, renamed into the cache: the cache holds whole
+    runs only. It runs in a second thread, so that the disk's write-back of one run overlaps the
+    download of the next (the two were a giant head's fetch time, one after the other)."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         if tmp.stat().st_size != run.nbytes:
             raise NetworkError(f"{run.file}: wrote {tmp.stat().st_size} of {run.nbytes} bytes", "retry")
         os.replace(tmp, dest)
-        return received
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _fetch_runs(store: HubStore, cache: RangeCache, runs: list[Run], advance) -> Iterator[tuple[Run, Path, int]]:
+    """Each run downloaded and settled (``_settle_run`` one run behind the download), yielded
+    once it is in the cache. A failure stops the downloads; the runs already downloaded are still
+    settled, for the next try to reuse."""
+    with ThreadPoolExecutor(1, thread_name_prefix="mtpforge-settle") as settle:
+        pending: deque[tuple[Run, Path, int, Future[None]]] = deque()
+        for run in runs:
+            dest = cache.path(run)
+            with hub_errors(store.repo_id, store.commit):
+                tmp, received = _download_run(store, run, dest, advance)
+            pending.append((run, dest, received, settle.submit(_settle_run, tmp, dest, run)))
+            while pending and pending[0][3].done():
+                yield _settled(store, pending.popleft())
+        while pending:
+            yield _settled(store, pending.popleft())
+
+
+def _settled(store: HubStore, item: tuple[Run, Path, int, "Future[None]"]) -> tuple[Run, Path, int]:
+    run, dest, received, done = item
+    with hub_errors(store.repo_id, store.commit):
+        done.result()
+    return run, dest, received
 
 
 def _data_bytes(path: str) -> int:
@@ -246,10 +288,8 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
         runs = plan_runs(missing)
         try:
             with prog.bytes_bar("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
-                for run in runs:
-                    dest = cache.path(run)
-                    with hub_errors(store.repo_id, store.commit):
-                        res.fetched_bytes += _fetch_run(store, run, dest, advance)
+                for run, dest, received in _fetch_runs(store, cache, runs, advance):
+                    res.fetched_bytes += received
                     res.requests += 1
                     res.mode = "ranges"
                     for i in missing:

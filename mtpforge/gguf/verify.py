@@ -180,6 +180,9 @@ def _identity(binary: Path, trunk: Path, h: _Head, texts: list[str], plain: list
 
 #: the GGUF types at or above which a head drafts as well as at f16 (docs/PRECISION.md)
 FULL_TYPES = frozenset({"F32", "F16", "BF16", "Q8_0"})
+#: types a head holds as its release stores them whatever --precision says (DeepSeek-V4's FP4
+#: experts are repacked, not rounded): never the precision advice's cause
+AS_RELEASED = frozenset({"MXFP4"})
 
 
 def _dead_head(acc: float, drafted: int, head_file: GgufFile, first_mtp_block: int, hidden: str) -> dict[str, Any] | None:
@@ -191,8 +194,10 @@ def _dead_head(acc: float, drafted: int, head_file: GgufFile, first_mtp_block: i
         return None
     types = sorted({t.type_name for n, t in head_file.tensors.items()
                     if n.startswith("blk.") and int(n.split(".")[1]) >= first_mtp_block and len(t.shape) >= 2})
-    low = [t for t in types if t.upper() not in FULL_TYPES]
+    low = [t for t in types if t.upper() not in FULL_TYPES | AS_RELEASED]
+    kept = [t for t in types if t.upper() in AS_RELEASED]
     why = [f"precision: the head's matrices are {'/'.join(types)}"
+           + (f" ({'/'.join(kept)}: the release's own FP4 experts, moved without rounding at every --precision)" if kept else "")
            + (" — heads collapse in low types; re-create it with mtpforge add-mtp --precision f16 (or q8_0)" if low
               else ", full enough, so its values themselves are off (a damaged or untrained head)"),
            "norms: a head whose norms carry the other convention (+1 where the release stores raw values, or raw where "

@@ -13,7 +13,9 @@ import contextlib
 import hashlib
 import logging
 import os
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
@@ -154,6 +156,20 @@ def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: lis
                 tmp.unlink()
 
 
+#: chunks from this size on are hashed beside their write (below it a thread hand-off costs more)
+_HASH_APART = 1 << 16
+_HASHER: ThreadPoolExecutor | None = None
+_HASHER_LOCK = threading.Lock()
+
+
+def _hasher() -> ThreadPoolExecutor:
+    global _HASHER
+    with _HASHER_LOCK:
+        if _HASHER is None:
+            _HASHER = ThreadPoolExecutor(1, thread_name_prefix="mtpforge-hash")
+        return _HASHER
+
+
 class _HashingFile:
     """The temporary file, hashed as it is written (the header read back once, every later byte
     as it passes): a second read of GBs only to hash them cost as much as writing them."""
@@ -165,8 +181,16 @@ class _HashingFile:
             self._h.update(r.read(f.tell()))
 
     def write(self, b: "bytes | memoryview") -> int:
-        self._h.update(b)
-        return self._f.write(b)
+        if len(b) < _HASH_APART:
+            self._h.update(b)
+            return self._f.write(b)
+        # hashlib and the file write both let go of the GIL on large buffers: the chunk is hashed
+        # in a second thread while it is written, and both are done before the caller reuses it
+        hashed = _hasher().submit(self._h.update, b)
+        try:
+            return self._f.write(b)
+        finally:
+            hashed.result()
 
     def tell(self) -> int:
         return self._f.tell()

@@ -65,8 +65,17 @@ def run_ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
         worker.join()
 
 
-#: threads converting row blocks: each holds one (a few MB of source, 4x that in float32)
-WORKERS = max(1, min(4, os.cpu_count() or 1))
+def _workers() -> int:
+    """Threads converting row blocks: each holds one (a few MB of source, 4x that in float32), so
+    memory stays flat in their number. ``MTPFORGE_THREADS`` sets it (a shared machine, a benchmark
+    of the scaling); an unusable value falls back to the default rather than failing a long run."""
+    given = os.environ.get("MTPFORGE_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+WORKERS = _workers()
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
