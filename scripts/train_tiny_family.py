@@ -9,6 +9,8 @@ their defaults (mlx's CPU BLAS, Linux x86-64; same seed, BLAS and thread count: 
     python scripts/train_tiny_family.py nemotron_h      # Mamba-2/attention/MoE trunk, two-block head
     python scripts/train_tiny_family.py mimo_v2_flash   # sliding-window attention with sinks, three
                                                         # MTP layers (layer 0 fed the pre-norm state)
+    python scripts/train_tiny_family.py step3p5         # head-gated attention, MoE trunk, one appended
+                                                        # dense sliding-window MTP layer
 
 GLM-4.5's model has its own settings: scripts/train_tiny_glm.py.
 """
@@ -30,6 +32,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "glm4_moe_lite": ("train_mla", {"shape": "glm4_moe_lite"}),
     "nemotron_h": ("train_nemotron_h", {}),
     "mimo_v2_flash": ("train_mimo_v2_flash", {}),
+    "step3p5": ("train_step3p5", {}),
 }
 
 

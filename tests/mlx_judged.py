@@ -55,7 +55,8 @@ res = [generate_mtpk(rt, p, max_tokens=24, speculative_depth=1, mtp_hidden_varia
                      mtp_cache_policy="persistent", mtp_history_policy="committed", **greedy) for p in prompts]
 print(json.dumps({"mtp_enabled": bool(getattr(rt, "mtp_enabled", False)), "model": type(rt.model).__name__,
                   "identical": [r.tokens for r in res] == plain,
-                  "drafted": sum(int(r.stats.drafted_tokens) for r in res), "params": params}))
+                  "drafted": sum(int(r.stats.drafted_tokens) for r in res),
+                  "accepted": sum(int(r.stats.accepted_drafts) for r in res), "params": params}))
 """
 
 
@@ -71,9 +72,9 @@ def mtplx_run(script: str, folder: Path, *args: str) -> subprocess.CompletedProc
 
 def mtplx_drafts(folder: Path, *params: str) -> dict[str, Any]:
     """MTPLX loads ``folder`` with MTP and decodes 3 prompts x 24 tokens greedily, with and without
-    drafting: whether MTP was enabled, whether the outputs are identical, how many drafts; and
-    each head parameter whose name holds one of ``params`` as it loaded it (name -> dtype, shape,
-    sha256 of its bytes), from the same load."""
+    drafting: whether MTP was enabled, whether the outputs are identical, how many drafts and how
+    many of them MTPLX accepted; and each head parameter whose name holds one of ``params`` as it
+    loaded it (name -> dtype, shape, sha256 of its bytes), from the same load."""
     r = mtplx_run(MTPLX_PROBE, folder, *params)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
