@@ -70,3 +70,59 @@ def test_mtplx_drafts_well_with_our_sidecar_and_verify_measures_the_same(tmp_pat
     v = mtpforge("verify", str(folder), "--generate", "--json")
     rep = json.loads(v.stdout)
     assert v.returncode == 0 and rep["acceptance"] >= ACCEPTANCE_FLOOR, v.stdout + v.stderr
+    # depth 2 chains the block's output before the shared head's norm, as MTPLX does: with that
+    # norm spread out (a trained one is near 1, where feeding the normed state drafts the same),
+    # verify's decoder drafts MTPLX's tokens at both depths at every position (measured: 12 of 19
+    # at depth 2 when the normed state was chained)
+    _spread_shared_head_norm(folder / "mtp.safetensors")
+    mine, theirs = _chained_drafts(folder), json.loads(
+        judged.mtplx_run(MTPLX_CHAIN, folder, json.dumps(SEQ)).stdout.strip().splitlines()[-1])
+    assert mine == theirs and len(mine["d2"]) == len(SEQ) - 1, (mine, theirs)
+
+
+SEQ = [5, 17, 99, 230, 12, 40, 41, 42, 7, 300, 301, 8, 9, 10, 11, 250, 3, 77, 91, 400]
+#: MTPLX's head over SEQ at depth 1, then depth 2 fed depth 1's hidden and drafts (no caches)
+MTPLX_CHAIN = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import standins
+standins.libsystem()
+import mlx.core as mx
+from mtplx import runtime as R
+rt = R.load(sys.argv[1], mtp=True)
+seq = mx.array([json.loads(sys.argv[3])])
+_, hidden = rt.model(seq, cache=None, return_hidden=True, hidden_variant="post_norm")
+lg1, h1 = rt.model.mtp_forward(hidden[:, :-1], seq[:, 1:], mtp_cache=None, return_hidden=True, mtp_depth=1)
+d1 = mx.argmax(lg1, axis=-1)
+lg2 = rt.model.mtp_forward(h1, d1, mtp_cache=None, mtp_depth=2)
+print(json.dumps({"d1": d1[0].tolist(), "d2": mx.argmax(lg2, axis=-1)[0].tolist()}))
+"""
+
+
+def _spread_shared_head_norm(path: Path) -> None:
+    import mlx.core as mx
+    import numpy as np
+
+    tensors, meta = mx.load(str(path), return_metadata=True)
+    (key,) = [k for k in tensors if k.endswith("shared_head.norm.weight")]
+    spread = np.exp(np.random.default_rng(0).normal(0.0, 1.0, tensors[key].shape[0])).astype(np.float32)
+    tensors[key] = (tensors[key].astype(mx.float32) * mx.array(spread)).astype(tensors[key].dtype)
+    mx.save_safetensors(str(path), tensors, metadata=meta)
+
+
+def _chained_drafts(folder: Path) -> dict[str, list[int]]:
+    """verify's decoder (mtpforge's backbone and head) as MTPLX_CHAIN runs MTPLX's."""
+    import mlx.core as mx
+
+    from mtpforge.decoder.backbone import load_backbone
+    from mtpforge.decoder.head import build_head
+    from mtpforge.layouts.read import load_head_weights
+
+    hw = load_head_weights(folder)
+    bb = load_backbone(folder, hw.family)
+    head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
+    _, h = bb(SEQ, bb.make_cache(), "post")
+    z1 = head(h[:, :-1], bb.embed(SEQ[1:]), cache=None)
+    d1 = mx.argmax(head.logits(z1, bb), axis=-1)
+    z2 = head(z1, bb.embed(d1[0].tolist()), cache=None)
+    return {"d1": d1[0].tolist(), "d2": mx.argmax(head.logits(z2, bb), axis=-1)[0].tolist()}

@@ -7,13 +7,16 @@ run):
     h = hnorm(H[t])
     z = eh_proj(concat([e, h]))        # embedding first, then hidden
     z = layer(z)                       # the backbone's decoder layer at index N + i, own KV cache
-    out = transformer.shared_head.norm(z)   # -> transformer.shared_head.output
+    logits = transformer.shared_head.output(transformer.shared_head.norm(z))
+
+The next depth is fed ``z``, the block's output before the shared head's norm, as MTPLX's
+``step3p5_mtp`` (and vLLM's predictor it follows) chains it; ``logits`` applies the norm.
 
 mlx-lm has no such head, so this one is built over the family's mlx-lm decoder layer (a subclass,
 so its parameters are the family's bare keys after ``{i}.``); the stored keys ``{i}.rest`` load as
 ``layers.{i}.rest``. The decoder loop drafts with step 0 (depth 1, as the runtimes' conformance
-lanes do); a deeper draft re-applies it (docs/SPEC.md §3), where the runtimes chain step ``j`` at
-depth ``j``. Norms multiply as stored: written +1, as mlx-lm's ``ZeroCenteredRMSNorm`` takes them.
+lanes do); a deeper draft re-applies it (docs/SPEC.md §3), where MTPLX runs step ``j - 1`` at depth
+``j`` — the same with one step, as the tiny heads have. Norms multiply as stored: written +1, as mlx-lm's ``ZeroCenteredRMSNorm`` takes them.
 """
 
 from __future__ import annotations
@@ -83,11 +86,11 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
             z = s.eh_proj(mx.concatenate([s.enorm(embeddings), s.hnorm(hidden)], axis=-1))
             c = cache[layer] if cache is not None else None
             sliding = getattr(s, "is_sliding", False) and window
-            z = s(z, mask=create_attention_mask(z, c, window_size=window if sliding else None), cache=c)
-            return s.transformer.shared_head.norm(z)
+            return s(z, mask=create_attention_mask(z, c, window_size=window if sliding else None), cache=c)
 
         def logits(self, z: mx.array, backbone: Any) -> mx.array:
-            return self.layers[0].transformer.shared_head.output(z)
+            shared = self.layers[0].transformer.shared_head
+            return shared.output(shared.norm(z))
 
     return AppendedHead()
 
