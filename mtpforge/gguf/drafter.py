@@ -1,7 +1,7 @@
 """A drafter llama.cpp loads as a model of its own beside the trunk (``FamilySpec.gguf_drafter``;
 DeepSeek-V4's DSpark, architecture ``dflash``): how to tell one, find the one beside a trunk,
-and which tensors it must hold — for ``inspect`` and ``verify``, which otherwise read MTP heads
-as NextN blocks.
+which tensors it must hold and whether a file holds them (``check_drafter_file``) — for
+``inspect`` and ``verify``, which otherwise read MTP heads as NextN blocks.
 
 The expectation comes from the family's rows, as for an MTP block: its stages are whole layers
 (``blk.{s}``), the tensors outside them are the family's head rows under their converter names
@@ -13,11 +13,14 @@ converter took them: a list's length (the target layers) and a tensor's header
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..families import FAMILIES
 from ..families.spec import FamilySpec
+from ..findings import Finding, finding
 from .gguffile import GgufFile
-from .names import expected_block, family_names, gguf_dims
+from .names import block_of, expected_block, family_names, gguf_dims
+from .tensor_checks import held_against
 
 
 def drafter_family(g: GgufFile) -> str | None:
@@ -92,4 +95,42 @@ def expected_drafter(spec: FamilySpec, dims: dict[str, int]) -> tuple[dict[str, 
     return want, maybe, root, root_maybe
 
 
-__all__ = ["drafter_dims", "drafter_family", "drafter_files", "expected_drafter"]
+def check_drafter_file(d: GgufFile, family: str, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
+    """A drafter file (``gguf/drafter.py``): every stage and the tensors outside them against the
+    family's rows at the file's own widths, and, beside its trunk, that it is this model's
+    (architecture, width, vocabulary, target layers within the trunk)."""
+    spec = FAMILIES[family]
+    dm = drafter_dims(d, spec)
+    want, maybe, root_want, root_maybe = expected_drafter(spec, dm)
+    out: list[Finding] = []
+    for b in range(d.block_count):
+        have = {n.split(".", 2)[2]: t for n, t in d.tensors.items() if block_of(n) == b}
+        out += held_against(f"{where}: the drafter's stage blk.{b}", have, want, maybe)
+    root = {n: t for n, t in d.tensors.items() if block_of(n) is None}
+    out += held_against(f"{where}: the drafter", root, root_want, root_maybe)
+    targets = [int(v) for v in d.get("{arch}.target_layers", []) or []]
+    if trunk is not None:
+        mismatch = []
+        if spec.gguf_arch != trunk.arch:
+            mismatch.append(f"it drafts for {spec.gguf_arch}, the trunk is {trunk.arch}")
+        elif d.get("{arch}.embedding_length") != trunk.get("{arch}.embedding_length"):
+            mismatch.append(f"its width is {d.get('{arch}.embedding_length')}, the trunk's "
+                            f"{trunk.get('{arch}.embedding_length')}")
+        emb = trunk.tensors.get("token_embd.weight")
+        if emb is not None and dm["V"] and emb.shape[0] != dm["V"]:
+            mismatch.append(f"its vocabulary is {dm['V']}, the trunk's {emb.shape[0]}")
+        if any(not 1 <= t <= trunk.block_count for t in targets):
+            mismatch.append(f"it reads the trunk's layers {targets}, the trunk has {trunk.block_count}")
+        out += [finding("MTP_SHAPE_MISMATCH", f"{where} is another model's drafter: {m}",
+                        "write one for this trunk with mtpforge add-mtp") for m in mismatch[:1]]
+    info: dict[str, Any] = {
+        "architecture": d.arch, "family": family, "spec_type": spec.gguf_drafter.spec_type if spec.gguf_drafter else None,
+        "stages": d.block_count, "block_size": d.get("{arch}.block_size"), "target_layers": targets,
+        "mtp_tensors": len(d.tensors), "mtp_bytes": sum(t.nbytes for t in d.tensors.values()),
+        "types": {k.split(".", 2)[2]: t.type_name for k, t in sorted(d.tensors.items()) if block_of(k) == 0},
+        "expert_format": "stacked" if any(k.endswith("_exps.weight") for k in d.tensors) else "none",
+    }
+    return out, info
+
+
+__all__ = ["check_drafter_file", "drafter_dims", "drafter_family", "drafter_files", "expected_drafter"]

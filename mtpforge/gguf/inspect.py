@@ -20,9 +20,9 @@ from ..findings import Finding, finding
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
-from .finite import nonfinite_tensors
 from .gguffile import GgufFile, read_local, read_remote, tensor_array
-from .drafter import drafter_dims, drafter_family, drafter_files, expected_drafter
+from .drafter import check_drafter_file, drafter_family, drafter_files
+from .tensor_checks import held_against, nonfinite_in
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
 
 
@@ -87,73 +87,13 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
     want, maybe = expected_block(FAMILIES[family_of(head)], _dims(ref))
     held = {b: {n.split(".", 2)[2]: t for n, t in head.tensors.items() if block_of(n) == b} for b in blocks}
     for b, have in held.items():  # every MTP block that holds NextN tensors (Step-3.5: one per step)
-        out += _held_against(f"{where}: the MTP block blk.{b}", have, want, maybe)
+        out += held_against(f"{where}: the MTP block blk.{b}", have, want, maybe)
     if held:
         first = held[blocks[0]]
         info["mtp_tensors"] = sum(len(h) for h in held.values())
         info["mtp_bytes"] = sum(t.nbytes for h in held.values() for t in h.values())
         info["types"] = {k: t.type_name for k, t in sorted(first.items())}
         info["expert_format"] = "stacked" if any(k.endswith("_exps.weight") for k in first) else "none"
-    return out, info
-
-
-def _held_against(what: str, have: dict[str, Any], want: dict[str, tuple[int, ...]], maybe: set[str]) -> list[Finding]:
-    """What a set of tensors (a block, or a drafter's tensors outside its stages) lacks, holds
-    besides what is expected, and holds in another shape."""
-    out: list[Finding] = []
-    fix = "re-write the head with mtpforge add-mtp --force"
-    missing = sorted(set(want) - set(have))
-    extra = sorted(set(have) - set(want) - maybe)
-    if missing:
-        out.append(finding("MTP_MISSING_TENSORS", f"{what} lacks {', '.join(missing[:3])}"
-                           + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""), fix))
-    if extra:
-        out.append(finding("MTP_UNEXPECTED_TENSORS", f"{what} has unexpected {', '.join(extra[:3])}", fix))
-    # a 0 in the expected shape is a width the reference GGUF does not state (no tensor has
-    # a 0 dimension): that tensor's shape is not judged, rather than called a mismatch
-    bad = [f"{k} {list(reversed(have[k].shape))} (expected {list(reversed(shp))})"
-           for k, shp in want.items() if k in have and 0 not in shp and tuple(have[k].shape) != shp]
-    if bad:
-        out.append(finding("MTP_SHAPE_MISMATCH", f"{what}: head of another model size: {'; '.join(bad[:2])}",
-                           "use the original checkpoint of this model as --source: mtpforge add-mtp --force"))
-    return out
-
-
-def check_drafter_file(d: GgufFile, family: str, trunk: GgufFile | None, where: str) -> tuple[list[Finding], dict[str, Any]]:
-    """A drafter file (``gguf/drafter.py``): every stage and the tensors outside them against the
-    family's rows at the file's own widths, and, beside its trunk, that it is this model's
-    (architecture, width, vocabulary, target layers within the trunk)."""
-    spec = FAMILIES[family]
-    dm = drafter_dims(d, spec)
-    want, maybe, root_want, root_maybe = expected_drafter(spec, dm)
-    out: list[Finding] = []
-    for b in range(d.block_count):
-        have = {n.split(".", 2)[2]: t for n, t in d.tensors.items() if block_of(n) == b}
-        out += _held_against(f"{where}: the drafter's stage blk.{b}", have, want, maybe)
-    root = {n: t for n, t in d.tensors.items() if block_of(n) is None}
-    out += _held_against(f"{where}: the drafter", root, root_want, root_maybe)
-    targets = [int(v) for v in d.get("{arch}.target_layers", []) or []]
-    if trunk is not None:
-        mismatch = []
-        if spec.gguf_arch != trunk.arch:
-            mismatch.append(f"it drafts for {spec.gguf_arch}, the trunk is {trunk.arch}")
-        elif d.get("{arch}.embedding_length") != trunk.get("{arch}.embedding_length"):
-            mismatch.append(f"its width is {d.get('{arch}.embedding_length')}, the trunk's "
-                            f"{trunk.get('{arch}.embedding_length')}")
-        emb = trunk.tensors.get("token_embd.weight")
-        if emb is not None and dm["V"] and emb.shape[0] != dm["V"]:
-            mismatch.append(f"its vocabulary is {dm['V']}, the trunk's {emb.shape[0]}")
-        if any(not 1 <= t <= trunk.block_count for t in targets):
-            mismatch.append(f"it reads the trunk's layers {targets}, the trunk has {trunk.block_count}")
-        out += [finding("MTP_SHAPE_MISMATCH", f"{where} is another model's drafter: {m}",
-                        "write one for this trunk with mtpforge add-mtp") for m in mismatch[:1]]
-    info: dict[str, Any] = {
-        "architecture": d.arch, "family": family, "spec_type": spec.gguf_drafter.spec_type if spec.gguf_drafter else None,
-        "stages": d.block_count, "block_size": d.get("{arch}.block_size"), "target_layers": targets,
-        "mtp_tensors": len(d.tensors), "mtp_bytes": sum(t.nbytes for t in d.tensors.values()),
-        "types": {k.split(".", 2)[2]: t.type_name for k, t in sorted(d.tensors.items()) if block_of(k) == 0},
-        "expert_format": "stacked" if any(k.endswith("_exps.weight") for k in d.tensors) else "none",
-    }
     return out, info
 
 
@@ -276,15 +216,7 @@ def _manifest(p: Path) -> GgufManifestFile | None:
 def _nonfinite(g: GgufFile, blocks: list[int]) -> list[Finding]:
     """Every tensor of the MTP blocks, whatever its encoding (F32/F16 under 4 MB only were read:
     a q8_0 or bf16 head holding NaN had no finding)."""
-    return _nonfinite_in(g, [n for n in g.tensors if block_of(n) in blocks], "")
-
-
-def _nonfinite_in(g: GgufFile, names: list[str], where: str) -> list[Finding]:
-    bad = nonfinite_tensors(g, names)
-    if not bad:
-        return []
-    return [finding("NONFINITE_WEIGHTS", f"{where + ': ' if where else ''}NaN or Inf in {len(bad)} head tensor(s): "
-                                         f"{', '.join(bad[:3])}", "re-write the head with mtpforge add-mtp --force")]
+    return nonfinite_in(g, [n for n in g.tensors if block_of(n) in blocks], "")
 
 
 def _mtp_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Finding], GgufFile | None, dict[str, Any]]:
@@ -353,7 +285,7 @@ def _drafter_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[
         entry.update(dinfo)
         entries.append(entry)
         if not _for_other_trunk(entry, dp, p):
-            findings += f + _nonfinite_in(d, list(d.tensors), dp.name)
+            findings += f + nonfinite_in(d, list(d.tensors), dp.name)
     return entries, findings
 
 
@@ -443,7 +375,7 @@ def _inspect_drafter(p: Path, d: GgufFile, family: str, target: str, strict: boo
     trunk_path = p.with_name(m.trunk.file) if m and m.trunk else None
     trunk = read_local(trunk_path) if trunk_path is not None and trunk_path.is_file() else None
     findings, info = check_drafter_file(d, family, trunk, p.name)
-    findings += _nonfinite_in(d, list(d.tensors), p.name)
+    findings += nonfinite_in(d, list(d.tensors), p.name)
     report: dict[str, Any] = {
         "target": target, "format": "gguf", "architecture": d.arch, "family": family, "layout": GGUF_MTP.name,
         "config_mtp_layers": d.block_count, "block_count": d.block_count, "trunk_layers": None,
@@ -511,4 +443,4 @@ def inspect_gguf_hub_repo(store: Any, target: str, *, strict: bool) -> dict[str,
     return None
 
 
-__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_hub_repo", "check_drafter_file", "check_head_file"]
+__all__ = ["inspect_gguf", "inspect_gguf_repo", "inspect_gguf_hub_repo", "check_head_file"]
