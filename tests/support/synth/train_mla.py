@@ -1,5 +1,5 @@
-"""Train the tiny MLA-shaped models (DeepSeek-V3 ``deepseek_v3``, GLM-4.7-Flash ``glm4_moe_lite``)
-and their NextN heads, so that acceptance with a head mtpforge wrote means something (random
+"""Train the tiny MLA-shaped models (DeepSeek-V3 ``deepseek_v3``, GLM-4.7-Flash ``glm4_moe_lite``,
+GLM-5 ``glm_moe_dsa``) and their NextN heads, so that acceptance with a head mtpforge wrote means something (random
 weights accept ~0%).
 
 GLM-4.5's trainer (``train_glm``) at MLA shapes (``synth.glm4_moe_lite``'s tensors: MLA attention
@@ -26,9 +26,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import deepseek_v3, glm4_moe_lite
+from . import deepseek_v3, deepseek_v32, glm4_moe_lite, glm_moe_dsa
 from .family_common import build_family_tokenizer, write_generation_config
-from .glm4_moe_lite import nextn_keys, tensor_specs
 from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
 from .train_glm import GlmTrainSettings, draft_acceptance, train_head, unstack_experts
 from .write import write_hf_checkpoint
@@ -47,6 +46,11 @@ class MlaShape:
     special: tuple[str, ...]
     eos: str
     bos: str | None = None
+    #: mlx-lm's module holding ``layer_class`` where it is not the model's own (GLM-5's is DeepSeek-V3.2's)
+    layer_module: str | None = None
+    #: the release's tensors (name -> shape ...) and the NextN layer's keys among them
+    specs: Callable[[dict[str, Any]], dict[str, Any]] = glm4_moe_lite.tensor_specs
+    nextn: Callable[[dict[str, Any]], list[str]] = glm4_moe_lite.nextn_keys
 
     def tokenizer(self, folder: Path) -> None:
         build_family_tokenizer(folder, self.trained_vocab, self.special, eos=self.eos, bos=self.bos)
@@ -59,6 +63,12 @@ SHAPES: dict[str, MlaShape] = {
     "glm4_moe_lite": MlaShape("tiny-glm4_moe_lite-trained", "glm4_moe_lite", "Glm4MoeLiteDecoderLayer",
                               lambda: glm4_moe_lite.tiny_config(torch_dtype="float32"), glm4_moe_lite.TRAINED_VOCAB,
                               glm4_moe_lite.GLM_SPECIAL, "<|endoftext|>"),
+    # GLM-5: GLM-4.7-Flash's layers with DeepSeek Sparse Attention's indexer in each (its top-k,
+    # 2048, is above every context here, so the indexer selects every key and is not trained)
+    "glm_moe_dsa": MlaShape("tiny-glm_moe_dsa-trained", "glm_moe_dsa", "DeepseekV32DecoderLayer",
+                            lambda: glm_moe_dsa.tiny_config(torch_dtype="float32"), glm4_moe_lite.TRAINED_VOCAB,
+                            glm4_moe_lite.GLM_SPECIAL, "<|endoftext|>", layer_module="deepseek_v32",
+                            specs=deepseek_v32.tensor_specs, nextn=deepseek_v32.nextn_keys),
 }
 
 
@@ -68,10 +78,10 @@ def settings(**given: Any) -> GlmTrainSettings:
     return GlmTrainSettings(**{"backbone_steps": 100, "head_steps": 80, "seq_len": 64, "corpus_docs": 4000, **given})
 
 
-def _module(shape: MlaShape) -> Any:
+def _module(shape: MlaShape, layer: bool = False) -> Any:
     import importlib
 
-    return importlib.import_module(f"mlx_lm.models.{shape.architecture}")
+    return importlib.import_module(f"mlx_lm.models.{(layer and shape.layer_module) or shape.architecture}")
 
 
 def _head(model: nn.Module, s: GlmTrainSettings, shape: MlaShape) -> nn.Module:
@@ -79,7 +89,7 @@ def _head(model: nn.Module, s: GlmTrainSettings, shape: MlaShape) -> nn.Module:
     from mtpforge.decoder.nextn import nextn_head
 
     eh_proj = nn.Linear(2 * model.args.hidden_size, model.args.hidden_size, bias=False)
-    head = nextn_head(getattr(_module(shape), shape.layer_class), model.args, own_head=False, mask_as_array=True)
+    head = nextn_head(getattr(_module(shape, layer=True), shape.layer_class), model.args, own_head=False, mask_as_array=True)
     head.eh_proj = eh_proj
     rng = np.random.default_rng(s.seed + 3)
     for norm in (head.enorm, head.hnorm, head.input_layernorm, head.post_attention_layernorm, head.shared_head.norm):
@@ -128,8 +138,8 @@ def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str]
         nextn[f"model.layers.{n}.shared_head.head.weight"] = trunk["lm_head.weight"]
         nextn[f"model.layers.{n}.embed_tokens.weight"] = trunk["model.embed_tokens.weight"]
         tensors = {k: v.astype(mx.float32) for k, v in {**trunk, **nextn}.items()}
-        want = {k: spec[0] for k, spec in tensor_specs(config).items()}
-        if {k: tuple(v.shape) for k, v in tensors.items()} != want or sorted(nextn) != nextn_keys(config):
+        want = {k: spec[0] for k, spec in sh.specs(config).items()}
+        if {k: tuple(v.shape) for k, v in tensors.items()} != want or sorted(nextn) != sh.nextn(config):
             raise ValueError(f"export does not match the release layout: {sorted(set(tensors) ^ set(want))[:6]}")
         mx.eval(tensors)
         write_hf_checkpoint(folder, config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
