@@ -45,6 +45,13 @@ def mtp_names(n: int, k: int) -> set[str]:
     return SHARED | {f"blk.{n + j}.{t}.weight" for j in range(k) for t in BLOCK}
 
 
+#: cases whose checks do not depend on the layer count run once, on one layer (its prefix names
+#: exactly the head's tensors); those that judge every layer run on three, which cover one (MTPLX
+#: loads and drafts a one-layer head in tests/test_step3p5_trained.py, trained)
+ONE_LAYER = pytest.mark.parametrize("step", [1], ids=["k1"], indirect=True)
+THREE_LAYERS = pytest.mark.parametrize("step", [3], ids=["k3"], indirect=True)
+
+
 @pytest.fixture(scope="module", params=[1, 3], ids=["k1", "k3"])
 def step(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     k = request.param
@@ -77,13 +84,12 @@ def _convert(folder: Path, tmp: Path, mode: str) -> Path:
     return Path(c["file"])
 
 
+@ONE_LAYER
 def test_converter_needs_the_raw_config(step: tuple[Path, int], tmp_path: Path) -> None:
     gguf_env.need("converter")
     from tests.support import family_probe as fp
 
     folder, k = step
-    if k != 1:
-        pytest.skip("once is enough")
     c = fp.convert(folder, tmp_path, "mtp", pre="qwen35")
     assert c["rc"] != 0 and "KeyError: 'num_attention_groups'" in c["error"]
 
@@ -188,6 +194,7 @@ def _decoder_preds(folder: Path) -> dict[str, list[int]]:
 
 
 @pytest.mark.xdist_group("conformance")
+@THREE_LAYERS
 def test_add_mtp_writes_every_mtp_layer_as_mtplx_loads_and_drafts_it(step: tuple[Path, int], mlx_target: Path,
                                                                      tmp_path: Path) -> None:
     """inspect finds the head ``mlx_lm.convert`` dropped and names add-mtp; plain add-mtp writes
@@ -242,6 +249,7 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.xdist_group("conformance")
+@ONE_LAYER
 def test_a_quantized_head_and_the_runtimes_that_do_not_draft_it(step: tuple[Path, int], mlx_target: Path,
                                                                 tmp_path: Path) -> None:
     """MTPLX's ``step3p5_mtp`` builds float linears and checks the stored names and shapes against
@@ -252,8 +260,6 @@ def test_a_quantized_head_and_the_runtimes_that_do_not_draft_it(step: tuple[Path
 
     judged.require_mtplx()
     src, k = step
-    if k != 1:
-        pytest.skip("one MTP layer is enough: the checks do not depend on the count")
     folder = tmp_path / "q4"
     shutil.copytree(mlx_target, folder)
     rep = judged.add_mtp(src, folder, "--runtime", "mtplx", "--precision", "4")
@@ -268,6 +274,7 @@ def test_a_quantized_head_and_the_runtimes_that_do_not_draft_it(step: tuple[Path
         judged.runtime_says_it_does_not_draft(src, mlx_target, tmp_path / "nodraft", runtime, "step3p5", "Step-3.5")
 
 
+@THREE_LAYERS
 def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path, int], mlx_target: Path,
                                                                 tmp_path: Path) -> None:
     """The head's seven norm kinds are zero-centred in the release and +1 in the MLX head: a head
@@ -280,8 +287,6 @@ def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path
     from tests import mlx_judged as judged
 
     src, k = step
-    if k == 1:
-        pytest.skip("three MTP layers cover one: every layer's norms are judged and repaired")
     good = tmp_path / "good"
     shutil.copytree(mlx_target, good)
     judged.add_mtp(src, good)
@@ -307,6 +312,7 @@ def test_norms_left_raw_or_shifted_twice_are_found_and_repaired(step: tuple[Path
         assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
 
 
+@ONE_LAYER
 def test_add_mtp_from_the_hub_fetches_only_the_mtp_layers(step: tuple[Path, int], mlx_target: Path, hub,
                                                           tmp_path: Path) -> None:
     """From the (loopback) Hub only the appended MTP layer's tensors come over the wire (≤ 1.01 ×
@@ -314,8 +320,6 @@ def test_add_mtp_from_the_hub_fetches_only_the_mtp_layers(step: tuple[Path, int]
     from tests import mlx_judged as judged
 
     src, k = step
-    if k != 1:
-        pytest.skip("one MTP layer: its prefix names exactly the head's tensors")
     n = tiny_config(num_nextn_predict_layers=k)["num_hidden_layers"]
     got = judged.hub_fetches_only_the_sidecars_tensors(hub, src, mlx_target, tmp_path, f"model.layers.{n}.", ())
     assert got["fetched"] <= 1.01 * got["head"]
