@@ -56,7 +56,7 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          # and on the tiny GLM-5's glm_moe_dsa_mtp drafters, with the module's fixture (a
                          # checkpoint, mlx_lm.convert and three add-mtp runs: ~40 s of CPU)
                          "tests/test_family_glm5_mlx_vlm.py",
-                         # MTPLX's step3p5_mtp on Step-3.5's MLX head, one and three MTP layers (~2.5 min)
+                         # MTPLX's step3p5_mtp on Step-3.5's MLX head (three MTP layers; a 4-bit one on one) (~1 min)
                          "tests/test_family_step3p5.py::test_add_mtp_writes", "tests/test_family_step3p5.py::test_a_quantized",
                          "tests/test_family_step3p5.py::test_norms_left",
                          # MTPLX's deepseek_mtp on DeepSeek-V3.2's and GLM-5's MLX heads (~20 s each, 6 cases)
