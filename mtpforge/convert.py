@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,7 +24,7 @@ from .headplan import block_scale, decode, read_scale, row_blocks
 from .passes.norms import add_offset
 from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
-from .writer.ahead import in_order
+from .writer.ahead import in_order, side_thread
 from .writer.safetensors_stream import SafetensorsWriter
 
 #: output float dtype -> the safetensors dtype whose bytes pass through unchanged
@@ -138,7 +138,7 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = 
     infos = sorted(keys.items(), key=lambda kv: kv[1].begin)
     # the whole-file hash runs in a second thread (hashlib releases the GIL on large buffers):
     # two sha256 passes over GBs are most of this function's time; one chunk in flight
-    pool = ThreadPoolExecutor(1)
+    pool = side_thread()
     pending: list[Future[None]] = []
 
     def feed(chunk: bytes) -> None:
@@ -148,7 +148,7 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = 
             pending.pop().result()
         pending.append(pool.submit(whole.update, chunk))
 
-    with pool, open(path, "rb") as f:
+    with open(path, "rb") as f:
         pos = 0
         for k, info in infos:
             if info.begin > pos:

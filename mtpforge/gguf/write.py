@@ -13,9 +13,7 @@ import contextlib
 import hashlib
 import logging
 import os
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
@@ -24,7 +22,7 @@ import gguf
 import numpy as np
 
 from ..errors import InputError, RefusedError
-from ..writer.ahead import run_ahead
+from ..writer.ahead import run_ahead, side_thread
 from .gguffile import KV, GgufFile, GgufTensor
 
 COPY_CHUNK = 8 << 20
@@ -158,16 +156,6 @@ def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: lis
 
 #: chunks from this size on are hashed beside their write (below it a thread hand-off costs more)
 _HASH_APART = 1 << 16
-_HASHER: ThreadPoolExecutor | None = None
-_HASHER_LOCK = threading.Lock()
-
-
-def _hasher() -> ThreadPoolExecutor:
-    global _HASHER
-    with _HASHER_LOCK:
-        if _HASHER is None:
-            _HASHER = ThreadPoolExecutor(1, thread_name_prefix="mtpforge-hash")
-        return _HASHER
 
 
 class _HashingFile:
@@ -186,7 +174,7 @@ class _HashingFile:
             return self._f.write(b)
         # hashlib and the file write both let go of the GIL on large buffers: the chunk is hashed
         # in a second thread while it is written, and both are done before the caller reuses it
-        hashed = _hasher().submit(self._h.update, b)
+        hashed = side_thread().submit(self._h.update, b)
         try:
             return self._f.write(b)
         finally:

@@ -76,16 +76,28 @@ def _workers() -> int:
 
 
 WORKERS = _workers()
-_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[str, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
+def _named_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """One process-wide pool per job kind, made on first use and never shut down (callers wait
+    on their own futures)."""
     with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="mtpforge-rows")
-        return _POOL
+        if name not in _POOLS:
+            _POOLS[name] = ThreadPoolExecutor(workers, thread_name_prefix=f"mtpforge-{name}")
+        return _POOLS[name]
+
+
+def _pool() -> ThreadPoolExecutor:
+    return _named_pool("rows", WORKERS)
+
+
+def side_thread() -> ThreadPoolExecutor:
+    """One thread for the work beside a reader's or writer's own: a sha256 of the chunk that just
+    passed (hashlib lets go of the GIL on large buffers) runs while the caller reads or writes the
+    next. Not the row pool: a hash queued behind row blocks would hold the writer up."""
+    return _named_pool("side", 1)
 
 
 def in_order(jobs: Iterator[Callable[[], R]], window: int | None = None) -> Iterator[R]:
@@ -107,4 +119,4 @@ def in_order(jobs: Iterator[Callable[[], R]], window: int | None = None) -> Iter
             f.cancel()
 
 
-__all__ = ["run_ahead", "in_order"]
+__all__ = ["run_ahead", "in_order", "side_thread"]
