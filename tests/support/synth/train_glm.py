@@ -127,13 +127,35 @@ def init_head(model: nn.Module, settings: GlmTrainSettings) -> nn.Module:
 # --- training -----------------------------------------------------------------------------
 
 
-def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmTrainSettings) -> mx.array:
+@dataclass(frozen=True)
+class Feed:
+    """How a family's MTP layer sees the trunk, the one thing its training and its depth-1
+    measurement differ in between families: which hidden state it is fed (``hidden``: after the
+    trunk's final norm for GLM and the MLA shapes, before it for MiMo-V2-Flash), the trunk's own
+    next-token logits from that state (``teacher``), and whether the layer projects with an
+    output of its own (Step-3.5's ``shared_head.output``) or with the trunk's ``lm_head``."""
+
+    hidden: Callable[[nn.Module, mx.array], mx.array] = trunk_hidden
+    teacher: Callable[[nn.Module, mx.array], mx.array] = lambda model, h: model.lm_head(h)  # noqa: E731
+    own_output: bool = False
+
+    def logits(self, model: nn.Module, head: nn.Module, h: mx.array, e: mx.array) -> mx.array:
+        out = head(h, e)
+        return out if self.own_output else model.lm_head(out)
+
+
+#: the post-norm state into a head that projects with the trunk's lm_head (llama.cpp's ``t_h_nextn``)
+POST_NORM = Feed()
+
+
+def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmTrainSettings,
+              feed: Feed = POST_NORM) -> mx.array:
     """Drafting x[t+2] from (h[t], x[t+1]): distillation on the frozen trunk's own t+2
     distribution (its logits at t+1) plus a little cross-entropy on the data."""
-    post = mx.stop_gradient(trunk_hidden(model, batch))
-    teacher = mx.stop_gradient(model.lm_head(post[:, 1:]))
+    h = mx.stop_gradient(feed.hidden(model, batch))
+    teacher = mx.stop_gradient(feed.teacher(model, h[:, 1:]))
     e = mx.stop_gradient(trunk_embed(model, batch[:, 1:]))
-    logits = model.lm_head(head(post[:, :-1], e))
+    logits = feed.logits(model, head, h[:, :-1], e)
     logp = nn.log_softmax(logits, axis=-1)
     distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
     ce = nn.losses.cross_entropy(logits[:, :-1], batch[:, 2:], reduction="mean")
@@ -141,13 +163,13 @@ def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmT
 
 
 def train_head(model: nn.Module, head: nn.Module, stream: np.ndarray, settings: GlmTrainSettings,
-               log: Callable[[str], None] | None = None) -> tuple[list[tuple[int, float]], float]:
+               log: Callable[[str], None] | None = None, feed: Feed = POST_NORM) -> tuple[list[tuple[int, float]], float]:
     """Train ``head`` with the trunk frozen."""
     model.eval()
     model.freeze()
     head.train()
     opt = optim.AdamW(learning_rate=_schedule(settings.head_lr, settings.head_steps), weight_decay=settings.weight_decay)
-    fn = nn.value_and_grad(head, lambda hd, b: head_loss(model, hd, b, settings))
+    fn = nn.value_and_grad(head, lambda hd, b: head_loss(model, hd, b, settings, feed))
     out = _fit(head, opt, lambda step, batch: fn(head, batch), batches(stream, settings, settings.seed + 2),
                settings.head_steps, "head", log)
     head.eval()
@@ -187,14 +209,15 @@ def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
     return out
 
 
-def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
+def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48,
+                     feed: Feed = POST_NORM) -> dict[str, Any]:
     """Depth-1 greedy acceptance along the greedy path (a draft of x[t+2] from h[t], x[t+1] is
     accepted iff it equals the greedy token): what llama-server's draft counters measure."""
     drafted = accepted = 0
     for prompt in prompts:
         seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
-        post = trunk_hidden(model, seq)
-        drafts = mx.argmax(model.lm_head(head(post[:, :-1], trunk_embed(model, seq[:, 1:]))), axis=-1)[0]
+        h = feed.hidden(model, seq)
+        drafts = mx.argmax(feed.logits(model, head, h[:, :-1], trunk_embed(model, seq[:, 1:])), axis=-1)[0]
         p = len(prompt)
         d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
         drafted += len(want)

@@ -18,23 +18,17 @@ hard-codes). Norms are raw, exported as trained.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
-import numpy as np
 from mlx.utils import tree_flatten
 
-from .family_common import build_family_tokenizer, write_generation_config
 from .mimo_v2_flash import N_MTP, TRAINED_VOCAB, tensor_specs, tiny_config
-from .train import _fit, _schedule, batches, encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import GlmTrainSettings, greedy, unstack_experts
-from .write import write_hf_checkpoint
+from .train_family import Recipe, train_and_write
+from .train_glm import Feed, GlmTrainSettings, unstack_experts
+
 
 FOLDER = "tiny-mimo_v2_flash-trained"
 
@@ -86,88 +80,26 @@ def trunk_hidden(model: nn.Module, tokens: mx.array) -> mx.array:
     return h
 
 
-def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, s: GlmTrainSettings) -> mx.array:
-    """Drafting x[t+2] from (h[t], x[t+1]): distillation on the frozen trunk's own t+2
-    distribution plus a little cross-entropy on the data."""
-    pre = mx.stop_gradient(trunk_hidden(model, batch))
-    teacher = mx.stop_gradient(model.lm_head(model.model.norm(pre[:, 1:])))
-    e = mx.stop_gradient(model.model.embed_tokens(batch[:, 1:]))
-    logits = model.lm_head(head(pre[:, :-1], e))
-    logp = nn.log_softmax(logits, axis=-1)
-    distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
-    ce = nn.losses.cross_entropy(logits[:, :-1], batch[:, 2:], reduction="mean")
-    return s.distill_weight * distill + s.ce_weight * ce
-
-
-def train_head(model: nn.Module, head: nn.Module, stream: np.ndarray, s: GlmTrainSettings,
-               log: Callable[[str], None] | None) -> tuple[list[tuple[int, float]], float]:
-    model.eval()
-    model.freeze()
-    head.train()
-    opt = optim.AdamW(learning_rate=_schedule(s.head_lr, s.head_steps), weight_decay=s.weight_decay)
-    fn = nn.value_and_grad(head, lambda hd, b: head_loss(model, hd, b, s))
-    out = _fit(head, opt, lambda step, batch: fn(head, batch), batches(stream, s, s.seed + 2), s.head_steps, "mtp", log)
-    head.eval()
-    model.unfreeze()
-    return out
-
-
-def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
-    """Depth-1 greedy acceptance along the greedy path (what llama-server's counters measure)."""
-    drafted = accepted = 0
-    for prompt in prompts:
-        seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
-        pre = trunk_hidden(model, seq)
-        drafts = mx.argmax(model.lm_head(head(pre[:, :-1], model.model.embed_tokens(seq[:, 1:]))), axis=-1)[0]
-        p = len(prompt)
-        d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
-        drafted += len(want)
-        accepted += int((d == want).sum())
-    return {"drafted": drafted, "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4)}
+#: the pre-norm state into layer 0; the trunk's own next-token logits go through its final norm
+FEED = Feed(hidden=trunk_hidden, teacher=lambda model, h: model.lm_head(model.model.norm(h)))
 
 
 def hf_tensors(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dict[str, mx.array]:
-    """The release layout, float32: the trunk's experts one by one, MTP layer 0 under
-    ``model.mtp.layers.0.`` and its copies under ``.1.`` / ``.2.``; checked against the builder's
-    table of names and shapes."""
+    """The release layout: the trunk's experts one by one, MTP layer 0 under
+    ``model.mtp.layers.0.`` and its copies under ``.1.`` / ``.2.``."""
     trunk = unstack_experts(dict(tree_flatten(model.parameters())))
     mtp = dict(tree_flatten(head.parameters()))
     tensors = {**trunk, **{f"model.mtp.layers.{k}.{n}": v for k in range(N_MTP) for n, v in mtp.items()}}
-    want = {k: spec[0] for k, spec in tensor_specs(config).items()}
-    got = {k: tuple(v.shape) for k, v in tensors.items()}
-    if got != want:
-        raise ValueError(f"export does not match the release layout: {sorted(set(got) ^ set(want))[:6]}")
-    out = {k: v.astype(mx.float32) for k, v in tensors.items()}
-    mx.eval(out)
-    return out
+    return tensors
 
 
 def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train and write ``out_root/tiny-mimo_v2_flash-trained`` (float32); returns the record."""
     from mlx_lm.models import mimo_v2_flash
-    from tokenizers import Tokenizer
 
-    folder = Path(out_root) / FOLDER
-    config = tiny_config(torch_dtype="float32")
-    mx.random.seed(s.seed)
-    np.random.seed(s.seed)
-    with tempfile.TemporaryDirectory(prefix="mtpforge-mimo-tok-") as tokdir:
-        build_family_tokenizer(Path(tokdir), TRAINED_VOCAB, (), eos="<|im_end|>")
-        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
-        stream = encode_stream(tok, training_corpus(s))
-        model = mimo_v2_flash.Model(_args(config))
-        b_losses, b_sec = train_backbone(model, stream, s, log)
-        head = make_mtp_layer(model.args)
-        h_losses, h_sec = train_head(model, head, stream, s, log)
-        acc = draft_acceptance(model, head, heldout_prompts(tok, s))
-        if log:
-            log(f"mimo_v2_flash: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
-        write_hf_checkpoint(folder, config, hf_tensors(model, head, config), n_shards=2, tokenizer_dir=Path(tokdir))
-    write_generation_config(folder, config)
-    record = {"model": FOLDER, "architecture": "mimo_v2_flash", "settings": asdict(s),
-              "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
-              "mtp": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "pre-norm (mimo2's t_h_nextn)",
-                      "layers": "layer 0 trained; layers 1 and 2 are copies of it"},
-              "acceptance_float32_mlx": acc}
-    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return record
+    return train_and_write(out_root, Recipe(
+        FOLDER, "mimo_v2_flash", tiny_config(torch_dtype="float32"),
+        model=lambda config: mimo_v2_flash.Model(_args(config)), head=lambda model: make_mtp_layer(model.args),
+        export=hf_tensors, specs=tensor_specs, head_notes={"hidden": "pre-norm (mimo2's t_h_nextn)",
+                                       "layers": "layer 0 trained; layers 1 and 2 are copies of it"},
+        head_key="mtp", feed=FEED, trained_vocab=TRAINED_VOCAB), s, log)

@@ -15,9 +15,7 @@ per family.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,10 +25,10 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from . import deepseek_v3, deepseek_v32, glm4_moe_lite, glm_moe_dsa
-from .family_common import build_family_tokenizer, write_generation_config
-from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import GlmTrainSettings, draft_acceptance, train_head, unstack_experts
-from .write import write_hf_checkpoint
+from .family_common import build_family_tokenizer
+from .train_family import Recipe, train_and_write
+from .train_glm import GlmTrainSettings, unstack_experts
+
 
 @dataclass(frozen=True)
 class MlaShape:
@@ -110,43 +108,29 @@ def _release_keys(params: dict[str, mx.array], config: dict[str, Any]) -> dict[s
     return out
 
 
-def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print,
-                  shape: str = "deepseek_v3") -> dict[str, Any]:
-    """Train and write ``out_root/<the shape's folder>`` (float32); returns the record."""
-    from tokenizers import Tokenizer
+def _export(sh: MlaShape) -> Callable[[nn.Module, nn.Module, dict[str, Any]], dict[str, mx.array]]:
+    """The release's tensors: the trunk's and the NextN layer's under ``model.layers.{N}.`` with
+    the trunk's ``lm_head`` and embedding as its own copies."""
 
-    sh = SHAPES[shape]
-    module = _module(sh)
-    folder = Path(out_root) / sh.folder
-    config = sh.config()
-    mx.random.seed(s.seed)
-    np.random.seed(s.seed)
-    with tempfile.TemporaryDirectory(prefix=f"mtpforge-{shape}-tok-") as tokdir:
-        sh.tokenizer(Path(tokdir))
-        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
-        stream = encode_stream(tok, training_corpus(s))
-        model = module.Model(module.ModelArgs.from_dict(config))
-        b_losses, b_sec = train_backbone(model, stream, s, log)
-        head = _head(model, s, sh)
-        h_losses, h_sec = train_head(model, head, stream, s, log)
-        acc = draft_acceptance(model, head, heldout_prompts(tok, s))
-        if log:
-            log(f"{shape}: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
+    def export(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dict[str, mx.array]:
         n = config["num_hidden_layers"]
         trunk = _release_keys(dict(tree_flatten(model.parameters())), config)
         nextn = {f"model.layers.{n}.{k}": v for k, v in _release_keys(dict(tree_flatten(head.parameters())), config).items()}
         nextn[f"model.layers.{n}.shared_head.head.weight"] = trunk["lm_head.weight"]
         nextn[f"model.layers.{n}.embed_tokens.weight"] = trunk["model.embed_tokens.weight"]
-        tensors = {k: v.astype(mx.float32) for k, v in {**trunk, **nextn}.items()}
-        want = {k: spec[0] for k, spec in sh.specs(config).items()}
-        if {k: tuple(v.shape) for k, v in tensors.items()} != want or sorted(nextn) != sh.nextn(config):
-            raise ValueError(f"export does not match the release layout: {sorted(set(tensors) ^ set(want))[:6]}")
-        mx.eval(tensors)
-        write_hf_checkpoint(folder, config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
-    write_generation_config(folder, config)
-    record = {"model": sh.folder, "architecture": sh.architecture, "settings": asdict(s),
-              "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
-              "nextn": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "post-norm"},
-              "acceptance_float32_mlx": acc}
-    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return record
+        if sorted(nextn) != sh.nextn(config):
+            raise ValueError(f"the NextN layer's keys are not the release's: {sorted(set(nextn) ^ set(sh.nextn(config)))[:6]}")
+        return {**trunk, **nextn}
+
+    return export
+
+
+def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print,
+                  shape: str = "deepseek_v3") -> dict[str, Any]:
+    """Train and write ``out_root/<the shape's folder>`` (float32); returns the record."""
+    sh = SHAPES[shape]
+    module = _module(sh)
+    return train_and_write(out_root, Recipe(
+        sh.folder, sh.architecture, sh.config(), model=lambda config: module.Model(module.ModelArgs.from_dict(config)),
+        head=lambda model: _head(model, s, sh), export=_export(sh), specs=sh.specs, head_notes={"hidden": "post-norm"},
+        tokenizer=sh.tokenizer), s, log)

@@ -14,9 +14,6 @@ convolution as [channels, 1, kernel]; the head under ``mtp.layers.{k}``; norms r
 
 from __future__ import annotations
 
-import json
-import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,12 +22,11 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from .family_common import build_family_tokenizer, write_generation_config
 from .nemotron_h import TRAINED_VOCAB, mtp_keys, tensor_specs, tiny_config
-from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import GlmTrainSettings, draft_acceptance, train_head
+from .train_family import Recipe, train_and_write
+from .train_glm import GlmTrainSettings
 from .train_mla import settings  # noqa: F401 - the shortened settings, shared
-from .write import write_hf_checkpoint
+
 
 FOLDER = "tiny-nemotron_h-trained"
 EXPERT_NAMES = {"fc1": "up_proj", "fc2": "down_proj"}
@@ -68,38 +64,21 @@ def _release_keys(params: dict[str, mx.array]) -> dict[str, mx.array]:
     return out
 
 
+def _export(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dict[str, mx.array]:
+    """The release's tensors, the head under ``mtp.``."""
+    trunk = _release_keys(dict(tree_flatten(model.parameters())))
+    mtp = {f"mtp.{k}": v for k, v in _release_keys(dict(tree_flatten(head.parameters()))).items()}
+    if sorted(mtp) != mtp_keys(config):
+        raise ValueError(f"the head's keys are not the release's: {sorted(set(mtp) ^ set(mtp_keys(config)))[:6]}")
+    return {**trunk, **mtp}
+
+
 def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train and write ``out_root/tiny-nemotron_h-trained`` (float32); returns the record."""
     from mlx_lm.models import nemotron_h
-    from tokenizers import Tokenizer
 
-    folder = Path(out_root) / FOLDER
     config = tiny_config(torch_dtype="float32")
-    mx.random.seed(s.seed)
-    np.random.seed(s.seed)
-    with tempfile.TemporaryDirectory(prefix="mtpforge-nemotron_h-tok-") as tokdir:
-        build_family_tokenizer(Path(tokdir), TRAINED_VOCAB, (), eos="<|im_end|>")
-        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
-        stream = encode_stream(tok, training_corpus(s))
-        model = nemotron_h.Model(nemotron_h.ModelArgs.from_dict(config))
-        b_losses, b_sec = train_backbone(model, stream, s, log)
-        head = _head(model, config["mtp_hybrid_override_pattern"], s)
-        h_losses, h_sec = train_head(model, head, stream, s, log)
-        acc = draft_acceptance(model, head, heldout_prompts(tok, s))
-        if log:
-            log(f"nemotron_h: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
-        trunk = _release_keys(dict(tree_flatten(model.parameters())))
-        mtp = {f"mtp.{k}": v for k, v in _release_keys(dict(tree_flatten(head.parameters()))).items()}
-        tensors = {k: v.astype(mx.float32) for k, v in {**trunk, **mtp}.items()}
-        want = {k: spec[0] for k, spec in tensor_specs(config).items()}
-        if {k: tuple(v.shape) for k, v in tensors.items()} != want or sorted(mtp) != mtp_keys(config):
-            raise ValueError(f"export does not match the release layout: {sorted(set(tensors) ^ set(want))[:6]}")
-        mx.eval(tensors)
-        write_hf_checkpoint(folder, config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
-    write_generation_config(folder, config)
-    record = {"model": FOLDER, "architecture": "nemotron_h", "settings": asdict(s),
-              "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
-              "nextn": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "post-norm (after norm_f)"},
-              "acceptance_float32_mlx": acc}
-    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return record
+    return train_and_write(out_root, Recipe(
+        FOLDER, "nemotron_h", config, model=lambda config: nemotron_h.Model(nemotron_h.ModelArgs.from_dict(config)),
+        head=lambda model: _head(model, config["mtp_hybrid_override_pattern"], s),
+        export=_export, specs=tensor_specs, head_notes={"hidden": "post-norm (after norm_f)"}, trained_vocab=TRAINED_VOCAB), s, log)

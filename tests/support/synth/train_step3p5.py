@@ -20,23 +20,17 @@ as held (its ``sanitize`` adds 1 to the release's zero-centred weights), so the 
 
 from __future__ import annotations
 
-import json
-import tempfile
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
-import numpy as np
 from mlx.utils import tree_flatten
 
-from .family_common import build_family_tokenizer, write_generation_config
 from .step3p5 import FLOAT32, TRAINED_VOCAB, tensor_specs, tiny_config
-from .train import _fit, _schedule, batches, encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import GlmTrainSettings, greedy
-from .write import write_hf_checkpoint
+from .train_family import Recipe, train_and_write
+from .train_glm import Feed, GlmTrainSettings
+
 
 FOLDER = "tiny-step3p5-trained"
 
@@ -88,44 +82,8 @@ def make_mtp_layer(args: Any, lm_head: nn.Linear) -> nn.Module:
     return MtpLayer()
 
 
-def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, s: GlmTrainSettings) -> mx.array:
-    """Drafting x[t+2] from (h[t], x[t+1]): distillation on the frozen trunk's own t+2
-    distribution plus a little cross-entropy on the data."""
-    post = mx.stop_gradient(model.model(batch))
-    teacher = mx.stop_gradient(model.lm_head(post[:, 1:]))
-    e = mx.stop_gradient(model.model.embed_tokens(batch[:, 1:]))
-    logits = head(post[:, :-1], e)
-    logp = nn.log_softmax(logits, axis=-1)
-    distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
-    ce = nn.losses.cross_entropy(logits[:, :-1], batch[:, 2:], reduction="mean")
-    return s.distill_weight * distill + s.ce_weight * ce
-
-
-def train_head(model: nn.Module, head: nn.Module, stream: np.ndarray, s: GlmTrainSettings,
-               log: Callable[[str], None] | None) -> tuple[list[tuple[int, float]], float]:
-    model.eval()
-    model.freeze()
-    head.train()
-    opt = optim.AdamW(learning_rate=_schedule(s.head_lr, s.head_steps), weight_decay=s.weight_decay)
-    fn = nn.value_and_grad(head, lambda hd, b: head_loss(model, hd, b, s))
-    out = _fit(head, opt, lambda step, batch: fn(head, batch), batches(stream, s, s.seed + 2), s.head_steps, "mtp", log)
-    head.eval()
-    model.unfreeze()
-    return out
-
-
-def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48) -> dict[str, Any]:
-    """Depth-1 greedy acceptance along the greedy path (what llama-server's counters measure)."""
-    drafted = accepted = 0
-    for prompt in prompts:
-        seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
-        post = model.model(seq)
-        drafts = mx.argmax(head(post[:, :-1], model.model.embed_tokens(seq[:, 1:])), axis=-1)[0]
-        p = len(prompt)
-        d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
-        drafted += len(want)
-        accepted += int((d == want).sum())
-    return {"drafted": drafted, "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4)}
+#: the post-norm state into step 0, which projects with its own ``shared_head.output``
+FEED = Feed(own_output=True)
 
 
 def release_name(k: str) -> str:
@@ -136,48 +94,22 @@ def release_name(k: str) -> str:
 
 
 def hf_tensors(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dict[str, mx.array]:
-    """The release layout, float32: mlx-lm's names back to the release's, the head under
-    ``model.layers.{N}.``, every norm zero-centred (held - 1); checked against the builder's table
-    of names and shapes."""
+    """The release layout: mlx-lm's names back to the release's, the head under
+    ``model.layers.{N}.``, every norm zero-centred (held - 1)."""
     n = config["num_hidden_layers"]
     trunk = {release_name(k): v for k, v in tree_flatten(model.parameters())}
     mtp = {f"model.layers.{n}.{k}": v for k, v in tree_flatten(head.parameters())}
-    tensors = {k: (v - 1 if k.endswith("norm.weight") else v) for k, v in {**trunk, **mtp}.items()}
-    want = {k: spec[0] for k, spec in tensor_specs(config).items()}
-    got = {k: tuple(v.shape) for k, v in tensors.items()}
-    if got != want:
-        raise ValueError(f"export does not match the release layout: {sorted(set(got) ^ set(want))[:6]}")
-    out = {k: v.astype(mx.float32) for k, v in tensors.items()}
-    mx.eval(out)
-    return out
+    return {k: (v - 1 if k.endswith("norm.weight") else v) for k, v in {**trunk, **mtp}.items()}
 
 
 def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train and write ``out_root/tiny-step3p5-trained`` (float32); returns the record."""
     from mlx_lm.models import step3p5
-    from tokenizers import Tokenizer
 
-    folder = Path(out_root) / FOLDER
-    config = tiny_config(torch_dtype="float32")
-    mx.random.seed(s.seed)
-    np.random.seed(s.seed)
-    with tempfile.TemporaryDirectory(prefix="mtpforge-step3p5-tok-") as tokdir:
-        build_family_tokenizer(Path(tokdir), TRAINED_VOCAB, (), eos="<|im_end|>")
-        tok = Tokenizer.from_file(str(Path(tokdir) / "tokenizer.json"))
-        stream = encode_stream(tok, training_corpus(s))
-        model = step3p5.Model(step3p5.ModelArgs.from_dict(config))
-        b_losses, b_sec = train_backbone(model, stream, s, log)
-        head = make_mtp_layer(model.args, model.lm_head)
-        h_losses, h_sec = train_head(model, head, stream, s, log)
-        acc = draft_acceptance(model, head, heldout_prompts(tok, s))
-        if log:
-            log(f"step3p5: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
-        write_hf_checkpoint(folder, config, hf_tensors(model, head, config), n_shards=2, tokenizer_dir=Path(tokdir))
-    write_generation_config(folder, config)
-    record = {"model": FOLDER, "architecture": "step3p5", "settings": asdict(s), "float32_tensors": list(FLOAT32),
-              "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},
-              "mtp": {"seconds": round(h_sec, 1), "loss": h_losses[-1], "hidden": "post-norm",
-                      "layers": "one appended layer (model.layers.2); shared_head.output is the trunk's lm_head, frozen"},
-              "acceptance_float32_mlx": acc}
-    (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return record
+    return train_and_write(out_root, Recipe(
+        FOLDER, "step3p5", tiny_config(torch_dtype="float32"),
+        model=lambda config: step3p5.Model(step3p5.ModelArgs.from_dict(config)),
+        head=lambda model: make_mtp_layer(model.args, model.lm_head), export=hf_tensors, specs=tensor_specs,
+        head_notes={"hidden": "post-norm",
+                    "layers": "one appended layer (model.layers.2); shared_head.output is the trunk's lm_head, frozen"},
+        head_key="mtp", feed=FEED, trained_vocab=TRAINED_VOCAB, extra={"float32_tensors": list(FLOAT32)}), s, log)
