@@ -7,6 +7,7 @@ their defaults (mlx's CPU BLAS, Linux x86-64; same seed, BLAS and thread count: 
     python scripts/train_tiny_family.py deepseek_v3     # MLA + MoE NextN head      (~5 min)
     python scripts/train_tiny_family.py glm4_moe_lite   # the same trainer at GLM-4.7-Flash's shapes
     python scripts/train_tiny_family.py glm_moe_dsa     # ... and GLM-5's (DeepSeek Sparse Attention's indexer)
+    python scripts/train_tiny_family.py deepseek_v32    # ... and DeepSeek-V3.2's
     python scripts/train_tiny_family.py nemotron_h      # Mamba-2/attention/MoE trunk, two-block head
     python scripts/train_tiny_family.py mimo_v2_flash   # sliding-window attention with sinks, three
                                                         # MTP layers (layer 0 fed the pre-norm state)
@@ -32,6 +33,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek_v3": ("train_mla", {"shape": "deepseek_v3"}),
     "glm4_moe_lite": ("train_mla", {"shape": "glm4_moe_lite"}),
     "glm_moe_dsa": ("train_mla", {"shape": "glm_moe_dsa"}),
+    "deepseek_v32": ("train_mla", {"shape": "deepseek_v32"}),
     "nemotron_h": ("train_nemotron_h", {}),
     "mimo_v2_flash": ("train_mimo_v2_flash", {}),
     "step3p5": ("train_step3p5", {}),

@@ -1,11 +1,11 @@
-"""Trained MLA (GLM-4.7-Flash; GLM-5, MLA with DeepSeek Sparse Attention's indexer) and hybrid
+"""Trained MLA (GLM-4.7-Flash; GLM-5 and DeepSeek-V3.2: MLA with the DSA indexer) and hybrid
 (Nemotron-H) heads: acceptance that tells a working head.
 
 On random weights (tests/test_family_glm4_moe_lite.py, tests/test_family_nemotron_h.py, their GGUF
 siblings) a head drafts ~0%, so identity and equal counts were all those tests could show.
-``tests/data/tiny-glm4_moe_lite-trained``, ``tests/data/tiny-glm_moe_dsa-trained`` and
-``tests/data/tiny-nemotron_h-trained`` (``scripts/train_tiny_family.py glm4_moe_lite | glm_moe_dsa |
-nemotron_h``) are trained — the trunk as a language model, the head as the next-next-token predictor on the trunk's post-norm
+``tests/data/tiny-glm4_moe_lite-trained``, ``tests/data/tiny-glm_moe_dsa-trained``,
+``tests/data/tiny-deepseek_v32-trained`` and ``tests/data/tiny-nemotron_h-trained``
+(``scripts/train_tiny_family.py glm4_moe_lite | glm_moe_dsa | deepseek_v32 | nemotron_h``) are trained — the trunk as a language model, the head as the next-next-token predictor on the trunk's post-norm
 hidden state — so here a head mtpforge wrote is judged by what it drafts:
 
 - MLX, offline: ``mlx_lm.convert`` (float32; the 4-bit trunks, MLA's ``kv_b_proj`` kept whole in
@@ -16,8 +16,9 @@ hidden state — so here a head mtpforge wrote is judged by what it drafts:
   of the drafts; at f32 as much as the converter's own ``--mtp`` block beside the same trunk.
 
 The norm cases on these heads are in tests/test_norm_truth_families.py. Measured figures:
-docs/families/glm4_moe_lite.md, docs/families/glm_moe_dsa.md, docs/families/nemotron_h.md. GLM-5's head
-is also judged by MTPLX's ``deepseek_mtp`` (its sidecar; the other two are conformance cells).
+docs/families/glm4_moe_lite.md, docs/families/glm_moe_dsa.md, docs/families/deepseek_v32.md,
+docs/families/nemotron_h.md. GLM-5's and DeepSeek-V3.2's heads are also judged by MTPLX's
+``deepseek_mtp`` (their sidecars; the other two are conformance cells).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MODELS = {
                       {"model_type": "glm4_moe_lite", "q_lora_rank": 64, "kv_lora_rank": 64}),
     "glm_moe_dsa": (DATA / "tiny-glm_moe_dsa-trained", "glm4",
                     {"model_type": "glm_moe_dsa", "index_head_dim": 64, "kv_lora_rank": 64}),
+    "deepseek_v32": (DATA / "tiny-deepseek_v32-trained", "deepseek-v3",
+                     {"model_type": "deepseek_v32", "index_head_dim": 64, "kv_lora_rank": 64}),
     "nemotron_h": (DATA / "tiny-nemotron_h-trained", "qwen35",
                    {"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E", "mtp_hybrid_override_pattern": "*E"}),
 }
@@ -117,18 +120,19 @@ def test_our_head_accepts_as_much_as_the_converters(server_runs, family: str) ->
 
 
 @pytest.mark.xdist_group("conformance")
-def test_mtplx_drafts_well_with_our_glm5_sidecar(tmp_path: Path) -> None:
-    """GLM-5's DSA head in MTPLX's ``deepseek_mtp``: mtpforge's sidecar (the indexer's five
-    tensors as stored) beside ``mlx_lm.convert``'s float32 folder; MTPLX decodes as its plain
-    decode and accepts a real share of the drafts."""
+@pytest.mark.parametrize("family", ["glm_moe_dsa", "deepseek_v32"])
+def test_mtplx_drafts_well_with_our_dsa_sidecar(family: str, tmp_path: Path) -> None:
+    """A DSA head (GLM-5's, DeepSeek-V3.2's) in MTPLX's ``deepseek_mtp``: mtpforge's sidecar (the
+    indexer's five tensors as stored) beside ``mlx_lm.convert``'s float32 folder; MTPLX decodes as
+    its plain decode and accepts a real share of the drafts."""
     from tests import mlx_judged as judged
     from tests.support.synth import convert_to_mlx
 
     judged.require_mtplx()
-    model = MODELS["glm_moe_dsa"][0]
+    model = MODELS[family][0]
     folder = convert_to_mlx(model, tmp_path / "target", q_bits=None, dtype="float32")
     judged.add_mtp(model, folder)
     got = judged.mtplx_drafts(folder)
-    print(f"[trained] glm_moe_dsa MTPLX float32 trunk: accepted {got['accepted']} of {got['drafted']}")
+    print(f"[trained] {family} MTPLX float32 trunk: accepted {got['accepted']} of {got['drafted']}")
     assert got["mtp_enabled"] and got["identical"] and got["drafted"] >= 24, got
     assert got["accepted"] / got["drafted"] >= ACCEPTANCE_FLOOR, got

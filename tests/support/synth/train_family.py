@@ -48,6 +48,8 @@ class Recipe:
     #: writes the tokenizer into a folder (default: the synthetic BPE with ``<|im_end|>``)
     tokenizer: Callable[[Path], None] | None = None
     trained_vocab: int = 0
+    #: rewrites the written folder (its tokenizer as the release stores it)
+    finish: Callable[[Path], None] | None = None
     #: more of ``training.json``
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -76,6 +78,8 @@ def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
             log(f"{r.architecture}: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
         tensors = _checked(r.export(model, head, r.config), r.specs(r.config))
         write_hf_checkpoint(folder, r.config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
+    if r.finish is not None:
+        r.finish(folder)
     write_generation_config(folder, r.config)
     record = {"model": r.folder, "architecture": r.architecture, "settings": asdict(s),
               "trunk": {"seconds": round(b_sec, 1), "loss": b_losses[-1]},

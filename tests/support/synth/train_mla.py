@@ -49,6 +49,8 @@ class MlaShape:
     #: the release's tensors (name -> shape ...) and the NextN layer's keys among them
     specs: Callable[[dict[str, Any]], dict[str, Any]] = glm4_moe_lite.tensor_specs
     nextn: Callable[[dict[str, Any]], list[str]] = glm4_moe_lite.nextn_keys
+    #: rewrites the written folder's tokenizer as the release stores it (DeepSeek-V3.2's vocabulary files)
+    finish: Callable[[Path], None] | None = None
 
     def tokenizer(self, folder: Path) -> None:
         build_family_tokenizer(folder, self.trained_vocab, self.special, eos=self.eos, bos=self.bos)
@@ -67,6 +69,13 @@ SHAPES: dict[str, MlaShape] = {
                             lambda: glm_moe_dsa.tiny_config(torch_dtype="float32"), glm4_moe_lite.TRAINED_VOCAB,
                             glm4_moe_lite.GLM_SPECIAL, "<|endoftext|>", layer_module="deepseek_v32",
                             specs=deepseek_v32.tensor_specs, nextn=deepseek_v32.nextn_keys),
+    # DeepSeek-V3.2: the same layers under its own config; its tokenizer as vocabulary files, so
+    # that llama.cpp's converter sees the BOS it asserts (synth.deepseek_v32.vocabulary_files)
+    "deepseek_v32": MlaShape("tiny-deepseek_v32-trained", "deepseek_v32", "DeepseekV32DecoderLayer",
+                             lambda: deepseek_v32.tiny_config(torch_dtype="float32"), deepseek_v32.TRAINED_VOCAB,
+                             (deepseek_v32.BOS, deepseek_v32.EOS), deepseek_v32.EOS, deepseek_v32.BOS,
+                             specs=deepseek_v32.tensor_specs, nextn=deepseek_v32.nextn_keys,
+                             finish=deepseek_v32.vocabulary_files),
 }
 
 
@@ -133,4 +142,4 @@ def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str]
     return train_and_write(out_root, Recipe(
         sh.folder, sh.architecture, sh.config(), model=lambda config: module.Model(module.ModelArgs.from_dict(config)),
         head=lambda model: _head(model, s, sh), export=_export(sh), specs=sh.specs, head_notes={"hidden": "post-norm"},
-        tokenizer=sh.tokenizer), s, log)
+        tokenizer=sh.tokenizer, finish=sh.finish), s, log)
