@@ -79,17 +79,20 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def glm5(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny release, its 4-bit MLX folder, and the drafters add-mtp --runtime mlx-vlm writes
-    beside two copies of it: at the model's precision and ``--precision bf16``."""
+    beside three copies of it: at the model's precision and ``--precision bf16`` from the bf16
+    release, and at the model's precision from the block-FP8 release (GLM-5's own form)."""
     from tests.support.families import mlx_trunk, tiny_source
+    from tests.support.synth.glm_moe_dsa import build_glm_moe_dsa_fp8
 
     root = tmp_path_factory.mktemp(FAMILY)
     src = tiny_source(FAMILY, root / f"tiny-{FAMILY}")
     mlx = mlx_trunk(FAMILY, src, root / f"tiny-{FAMILY}-4bit")
+    fp8 = build_glm_moe_dsa_fp8(root / f"tiny-{FAMILY}-fp8")
     out = {"root": root, "src": src, "mlx": mlx}
-    for name, extra in (("q4", ()), ("bf16", ("--precision", "bf16"))):
+    for name, source, extra in (("q4", src, ()), ("bf16", src, ("--precision", "bf16")), ("fp8", fp8, ())):
         folder = root / name
         shutil.copytree(mlx, folder)
-        rep = judged.add_mtp(src, folder, "--runtime", "mlx-vlm", *extra)
+        rep = judged.add_mtp(source, folder, "--runtime", "mlx-vlm", *extra)
         assert rep["layout"] == "mlx-vlm-drafter" and rep["family"] == FAMILY, rep
         out[name] = Path(rep["output"])
     return out
@@ -100,7 +103,7 @@ def probe(glm5: dict[str, Path]) -> dict:
     """mlx-vlm's verdict on both drafters, in one run of its virtualenv."""
     external.require("mlx-vlm", judged.setup_runtimes.is_ready("mlx-vlm"),
                      f"no virtualenv at {judged.setup_runtimes.venv_dir('mlx-vlm')}")
-    args = [glm5["mlx"], glm5["src"], judged.DRIVERS, glm5["q4"], "q4", glm5["bf16"], "bf16"]
+    args = [glm5["mlx"], glm5["src"], judged.DRIVERS, glm5["q4"], "q4", glm5["bf16"], "bf16", glm5["fp8"], "fp8"]
     r = subprocess.run([str(judged.setup_runtimes.venv_python("mlx-vlm")), "-c", VLM_PROBE, *map(str, args)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -128,7 +131,7 @@ def test_the_drafter_is_spelled_as_mlx_vlm_splits_it_and_inspect_is_clean(glm5) 
     assert quantized == weights - {"mtp.mlp.gate"}, weights - quantized
     folder = {p.name: p.read_bytes() for p in glm5["mlx"].iterdir() if p.is_file()}
     assert {p.name: p.read_bytes() for p in (glm5["root"] / "q4").iterdir() if p.is_file()} == folder
-    for drafter in (glm5["q4"], glm5["bf16"]):
+    for drafter in (glm5["q4"], glm5["bf16"], glm5["fp8"]):
         r = judged.mtpforge("inspect", str(drafter), "--json", "--runtime", "mlx-vlm")
         rep = json.loads(r.stdout)
         assert r.returncode == 0 and rep["family"] == FAMILY and rep["layout"] == "mlx-vlm-drafter", r.stdout
@@ -140,14 +143,17 @@ def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(probe) -> None:
     """mlx-vlm's ``load_drafter`` builds its ``GlmMoeDsaMTPDraftModel`` from each folder, every
     parameter equal to a stored tensor, none missing or unused; its speculative
     ``stream_generate`` drafts and decodes exactly as its plain one (the tiny head is random:
-    its drafts are rejected, which is what the identity is checked through)."""
+    its drafts are rejected, which is what the identity is checked through). The drafter from the
+    FP8 release (its projections dequantized from 128x128 blocks, then at the model's 4 bits)
+    loads and drafts the same way."""
+    assert set(probe) == {"q4", "bf16", "fp8"}, probe
     for name, got in probe.items():
         assert got["kind"] == "mtp" and got["drafter"] == "GlmMoeDsaMTPDraftModel", got
         assert got["params"] == got["stored"] and not (got["missing"] or got["unused"] or got["unequal"]), got
         assert got["drafted"] > 0 and got["identical"], got
         print(f"{name}: {got['params']} parameters, drafted {got['drafted']}, accepted {got['accepted']} "
               f"over {got['tokens']} tokens")
-    assert probe["bf16"]["params"] == 27 and probe["q4"]["params"] == 59, probe
+    assert probe["bf16"]["params"] == 27 and probe["q4"]["params"] == probe["fp8"]["params"] == 59, probe
 
 
 @pytest.mark.xdist_group("conformance")
@@ -156,8 +162,9 @@ def test_the_drafters_are_the_ones_mlx_vlm_splits_from_the_whole_source(probe) -
     ``GlmMoeDsaMTPSplitter`` builds from the whole source (``--precision bf16``: float; the model's
     precision: its ``q_bits`` 4, ``q_group_size`` 32); the splitter's only other tensors are the
     NextN layer's ``embed_tokens`` / ``shared_head.head`` (and their quantization), which its own
-    strict ``load_drafter`` refuses ("parameters not in model")."""
-    for got in probe.values():
+    strict ``load_drafter`` refuses ("parameters not in model"). (The FP8 drafter is another
+    release's: the splitter here reads the bf16 one.)"""
+    for got in (probe["q4"], probe["bf16"]):
         assert got["vs_theirs"] == [], got
         assert {k.split(".scales")[0].split(".biases")[0].removesuffix(".weight") for k in got["only_theirs"]} == \
             {"mtp.embed_tokens", "mtp.shared_head.head"}, got
