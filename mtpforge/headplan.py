@@ -23,7 +23,7 @@ from .families.spec import FamilySpec, Role
 from .families.tables import declared_mtp_layers, mtp_layers_of
 from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.fp8 import BLOCK as FP8_BLOCK
-from .passes.fp8 import dequantize_block_fp8, e8m0_to_float
+from .passes.fp8 import TP_RANKS, dequantize_block_fp8, dequantize_by_rank, e8m0_to_float, rank_count
 
 #: the suffix a block-FP8 weight's scale tensor carries (DeepSeek-V3, Qwen: F32 ``weight_scale_inv``)
 SCALE_SUFFIX = "_scale_inv"
@@ -184,6 +184,28 @@ def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarr
     if check:
         refuse_nonfinite(info.name, w)
     return w
+
+
+def rank_sharded(parts: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """``decode`` for a tensor whose block-FP8 release lies rank by rank (``FamilySpec.rank_sharded``:
+    ``parts`` are its parts' rows): unsharded as llama.cpp's converter unshards it. A float source
+    stores the parts in order already and is decoded as it is."""
+
+    def dec(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None, *,
+            check: bool = True) -> np.ndarray:
+        if info.dtype != "F8_E4M3" or scale is None:
+            return decode(info, raw, shape, scale, check=check)
+        ranks = rank_count(shape[0], scale.shape[0])
+        if ranks is None:
+            raise RefusedError(f"source tensor {info.name} has {scale.shape[0]} rows of block scales for {shape[0]} rows, "
+                               f"which fit no layout over {' or '.join(map(str, TP_RANKS))} tensor-parallel ranks",
+                               "pass the original release as --source")
+        w = dequantize_by_rank(np.frombuffer(raw, np.uint8).reshape(shape), scale, parts, ranks)
+        if check:
+            refuse_nonfinite(info.name, w)
+        return w
+
+    return dec
 
 
 def refuse_nonfinite(name: str, w: np.ndarray) -> None:

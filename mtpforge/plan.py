@@ -204,7 +204,7 @@ def validate_source_head(
             )
         if weights[k].dtype == "F8_E4M3":
             sk = scale_of(k, entries)
-            _check_fp8(weights[k], entries.get(sk) if sk else None)
+            _check_fp8(weights[k], entries.get(sk) if sk else None, spec.role_of(k) in spec.rank_sharded)
     return fmt
 
 
@@ -230,10 +230,11 @@ def _check_fp4(w: TensorInfo, s: TensorInfo | None) -> None:
                                f"(one exponent per {MXFP4_GROUP} values of {w.name} {list(w.shape)})", fix)
 
 
-def _check_fp8(w: TensorInfo, s: TensorInfo | None) -> None:
+def _check_fp8(w: TensorInfo, s: TensorInfo | None, sharded: bool = False) -> None:
     """A block-FP8 weight is a 2-D matrix with one float scale per 128x128 block: the values
-    ``passes/fp8.py`` dequantizes with, checked where the source's headers are read."""
-    from .passes.fp8 import BLOCK
+    ``passes/fp8.py`` dequantizes with, checked where the source's headers are read. A
+    rank-sharded one (``FamilySpec.rank_sharded``) has each rank's 128-row blocks."""
+    from .passes.fp8 import BLOCK, rank_count
 
     fix = f"re-download {w.file} (its header is damaged), or use the bf16 release of the model as --source"
     if len(w.shape) != 2:
@@ -243,6 +244,9 @@ def _check_fp8(w: TensorInfo, s: TensorInfo | None) -> None:
         raise RefusedError(f"source tensor {w.name} is FP8 without a block scale (weight_scale_inv)",
                            "use the bf16 release of the model as --source")
     want = [-(-w.shape[0] // BLOCK), -(-w.shape[1] // BLOCK)]
+    ranks = rank_count(w.shape[0], s.shape[0]) if sharded and s.shape else None
+    if ranks is not None:
+        want[0] = s.shape[0]
     dtypes = E8M0_SCALE_DTYPES if s.name.endswith(".scale") else FP8_SCALE_DTYPES
     if s.dtype not in dtypes or list(s.shape) != want:
         raise CorruptFileError(f"{s.file}: tensor {s.name} is {s.dtype} {list(s.shape)}, expected {'/'.join(dtypes)} "

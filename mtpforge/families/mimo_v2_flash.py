@@ -1,4 +1,4 @@
-"""MiMo-V2-Flash (``mimo_v2_flash``, llama.cpp ``mimo2``): three MTP layers under
+"""MiMo-V2-Flash (``mimo_v2_flash``) and MiMo-V2.5 / V2.5-Pro (``mimo_v2``), llama.cpp ``mimo2``: three MTP layers under
 ``model.mtp.layers.{0,1,2}``, each a dense sliding-window decoder layer with attention sinks plus
 the NextN tensors (docs/families/mimo_v2_flash.md).
 
@@ -14,11 +14,18 @@ llama.cpp's ``mimo2`` MTP graph reads the attention's projections as one fused `
 them separately, so its own ``--mtp`` export cannot draft. mtpforge writes them fused
 (``gguf_fused``); every other tensor is the converter's, bit for bit.
 
+MiMo-V2.5 is the same text model (its vision and audio towers are not the head's) with each
+attention's projections stored as one ``qkv_proj`` — the fused tensor llama.cpp reads, taken as it
+is — and, in the FP8 release, that matrix's rows lie rank by rank over the tensor-parallel ranks
+it was trained on (``rank_sharded``: unsharded as the converter unshards it). Its GGUF files are
+MiMo-V2-Flash's, tensor for tensor (``gguf_same_as``).
+
 GGUF only (``layouts = ()``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 from .spec import FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
@@ -50,9 +57,10 @@ DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
 
 
 def _value_dims(d: Mapping[str, int]) -> dict[str, int]:
-    """The value projection's rows (kv heads x value head) and the output projection's input
-    (heads x value head)."""
-    return {"KVD": d["KV"] * d["VD"], "QVD": d["NH"] * d["VD"]}
+    """The value projection's rows (kv heads x value head), the output projection's input (heads
+    x value head) and the fused projection's rows (query, key and value)."""
+    kvd = d["KV"] * d["VD"]
+    return {"KVD": kvd, "QVD": d["NH"] * d["VD"], "QKVD": d["QD"] + d["KD"] + kvd}
 
 
 #: the trunk states the value head (``value_length``); its kv heads per layer (the sliding-window
@@ -107,4 +115,20 @@ MIMO_V2_FLASH = FamilySpec(
     gguf_fused={Role.QKV_PROJ: (Role.Q_PROJ, Role.K_PROJ, Role.V_PROJ)},
     # mimo2.cpp emits the trunk's last hidden state before output_norm as t_h_nextn
     gguf_mtp_hidden="pre",
+)
+
+#: MiMo-V2.5: the query, key and value projections as the one ``qkv_proj`` the release stores
+FUSED_LAYER_ROWS = tuple(r for r in LAYER_ROWS if r.role not in (Role.Q_PROJ, Role.K_PROJ, Role.V_PROJ)) + (
+    Row(Role.QKV_PROJ, "layers.{i}.self_attn.qkv_proj.weight", ("QKVD", "H")),
+)
+
+MIMO_V2 = replace(
+    MIMO_V2_FLASH,
+    name="mimo_v2",
+    model_types=("mimo_v2",),
+    layer_rows=FUSED_LAYER_ROWS,
+    example_repo="XiaomiMiMo/MiMo-V2.5",
+    gguf_fused={},
+    rank_sharded={Role.QKV_PROJ: ("QD", "KD", "KVD")},
+    gguf_same_as=MIMO_V2_FLASH.name,
 )

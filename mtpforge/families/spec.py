@@ -360,6 +360,13 @@ class FamilySpec:
     #: converter) keep them apart (MiMo-V2's MTP ``attn_qkv``: query, key, value rows, at the
     #: offsets ``mimo2.cpp`` views); the GGUF emitter writes the fused tensor in their place
     gguf_fused: Mapping[Role, tuple[Role, ...]] = field(default_factory=dict)
+    #: roles whose block-FP8 release stores the rows rank by rank over tensor-parallel ranks, each
+    #: rank's share of every part together (MiMo-V2.5's ``qkv_proj``): the dims of the parts, in
+    #: order (``headplan.rank_sharded`` unshards them as the family's converter does)
+    rank_sharded: Mapping[Role, tuple[str, ...]] = field(default_factory=dict)
+    #: the family whose GGUF files this family's are, tensor for tensor (one llama.cpp
+    #: architecture, one layout: a file does not say which release it came from)
+    gguf_same_as: str | None = None
     #: fused roles (``gguf_fused``) whose parts lie side by side, columns after columns, not rows
     #: after rows (DeepSeek-V4's ``eh_proj``: ``e_proj`` then ``h_proj`` along the input axis)
     gguf_fused_columns: frozenset[Role] = frozenset()

@@ -18,7 +18,8 @@ class Unwritten:
 
 
 UNWRITTEN: tuple[Unwritten, ...] = (
-    Unwritten("MiMo-V2.5", ("mimo_v2",), "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+    Unwritten("dots3", ("dots3_note", "dots3_note_text"),
+              "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
 )
 
 

@@ -25,7 +25,7 @@ from ..errors import RefusedError
 from ..families.spec import FamilySpec, Role
 from ..families.tables import dims, family_spec
 from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, SliceRef, block_scale, decode, head_parts,
-                        parse_precision as _parse_precision, read_scale, row_blocks, scale_of)
+                        parse_precision as _parse_precision, rank_sharded, read_scale, row_blocks, scale_of)
 from ..passes.fp8 import E8M0_NAN, repack_mxfp4
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
@@ -63,6 +63,9 @@ class HeadTensor:
     transform: Callable[[np.ndarray], np.ndarray] | None = None
     #: the slices are parts lying side by side (columns after columns: ``FamilySpec.gguf_fused_columns``)
     side_by_side: bool = False
+    #: the source's own decode where ``headplan.decode`` reads it wrong (a rank-sharded FP8
+    #: release: ``FamilySpec.rank_sharded``); it takes the whole tensor
+    decoder: Callable[..., np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -167,7 +170,9 @@ def _named(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], p
     permute = qk_permutation(p.role, dm) if spec.gguf_permutes_qk and p.role is not None else None
     full = keep_fc and p.role == Role.FC and is_quantized(precision)
     t = _either(own, _type_for(name, p.shape, precision, p.role in spec.gguf_quantized_roles, full))
-    return HeadTensor(name, t, p.shape, list(p.slices), p.offset, permute)
+    sharded = spec.rank_sharded.get(p.role) if p.role is not None else None
+    decoder = rank_sharded(tuple(dm[d] for d in sharded)) if sharded else None
+    return HeadTensor(name, t, p.shape, list(p.slices), p.offset, permute, decoder=decoder)
 
 
 def _split(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], precision: str) -> list[HeadTensor]:
@@ -197,7 +202,7 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
         return _side_by_side_chunks(t, entries, read)
 
     def convert(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None) -> memoryview:
-        w = decode(info, raw, shape, scale)
+        w = (t.decoder or decode)(info, raw, shape, scale)
         if t.offset:
             w = np.asarray(add_offset(w, t.offset))
         if t.transform is not None:
@@ -209,8 +214,8 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             info = entries[s.src]
             scale = read_scale(s.src, entries, read)
             # one row block at a time (headplan.row_blocks: the same bytes, a bounded float32
-            # step); a transform (q/k rope permutation) needs the whole matrix
-            k = row_blocks(s, info) if t.transform is None else 1
+            # step); a transform (q/k rope permutation) or a decoder of its own needs the whole matrix
+            k = row_blocks(s, info) if t.transform is None and t.decoder is None else 1
             step = (s.end - s.start) // k
             shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
             for j in range(k):

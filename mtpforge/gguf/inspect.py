@@ -199,7 +199,7 @@ def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | Non
     (GLM-4.7-Flash and DeepSeek-V3 are both deepseek2) are told apart by the file's
     pre-tokenizer, as ``family_of`` does; a file that states none is not judged."""
     mine = family_of(head)
-    if mine is None or mine == src_family:
+    if mine is None or mine in (src_family, FAMILIES[src_family].gguf_same_as):
         return None
     if FAMILIES[src_family].gguf_arch == head.arch and head.get("tokenizer.ggml.pre") is None:
         return None  # families sharing an architecture (deepseek2) are told apart by the pre-tokenizer only

@@ -22,9 +22,11 @@ from .gguffile import GgufFile
 #: mtpforge family -> llama.cpp architecture (``general.architecture``), from the family rows
 ARCH: dict[str, str] = {s.name: s.gguf_arch for s in FAMILIES.values() if s.gguf_arch}
 #: llama.cpp architecture -> its families, the first registered first (a drafter of its own,
-#: ``FamilySpec.gguf_drafter``, is its trunk's family's second head, never a trunk's family)
+#: ``FamilySpec.gguf_drafter``, is its trunk's family's second head, never a trunk's family; a
+#: family whose files are another's, ``FamilySpec.gguf_same_as``, is read as that one)
 FAMILIES_OF_ARCH: dict[str, tuple[str, ...]] = {
-    a: tuple(f for f, fa in ARCH.items() if fa == a and FAMILIES[f].gguf_drafter is None) for a in ARCH.values()}
+    a: tuple(f for f, fa in ARCH.items() if fa == a and FAMILIES[f].gguf_drafter is None and FAMILIES[f].gguf_same_as is None)
+    for a in ARCH.values()}
 #: a second family on an architecture is told from the first by its pre-tokenizer (DeepSeek-V3
 #: shares GLM-4.7-Flash's ``deepseek2``): every later one must name its own
 assert all(FAMILIES[f].gguf_tokenizer_pre for fs in FAMILIES_OF_ARCH.values() for f in fs[1:]), FAMILIES_OF_ARCH

@@ -54,6 +54,34 @@ def dequantize_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = 
     return w
 
 
+#: tensor-parallel rank counts a rank-sharded block-FP8 release may be stored over, tried most
+#: first as llama.cpp's converter tries them (MiMo-V2.5 ships 4, V2.5-Pro 8)
+TP_RANKS = (8, 4)
+
+
+def rank_count(rows: int, scale_rows: int, block: int = BLOCK) -> int | None:
+    """The tensor-parallel ranks a rank-sharded block-FP8 matrix of ``rows`` rows was stored over:
+    the count whose ranks' own 128-row blocks add up to the scale's rows (None: no count fits)."""
+    for ranks in TP_RANKS:
+        if rows % ranks == 0 and scale_rows == ranks * -(-(rows // ranks) // block):
+            return ranks
+    return None
+
+
+def dequantize_by_rank(codes: np.ndarray, scale_inv: np.ndarray, parts: tuple[int, ...], ranks: int,
+                       block: int = BLOCK) -> np.ndarray:
+    """float32 weight of a matrix whose release lies rank by rank — each rank's share of every
+    part (a fused [q | k | v]), its rows quantized in blocks of its own — back in the parts' order:
+    each rank dequantized with its own scale rows, then the shares regrouped part by part (what
+    llama.cpp's converter computes for MiMo-V2.5's ``qkv_proj``)."""
+    per = codes.shape[0] // ranks
+    blocks = -(-per // block)
+    pieces = [dequantize_block_fp8(codes[r * per:(r + 1) * per], scale_inv[r * blocks:(r + 1) * blocks], block)
+              for r in range(ranks)]
+    bounds = np.cumsum([0, *(n // ranks for n in parts)])
+    return np.concatenate([piece[bounds[j]:bounds[j + 1]] for j in range(len(parts)) for piece in pieces])
+
+
 def e8m0_to_float(exps: "np.ndarray | mx.array") -> np.ndarray:
     """E8M0 exponent bytes as the float32 powers of two they stand for (exact: ``ldexp``; 255,
     E8M0's NaN, becomes inf here and is refused downstream as not finite)."""

@@ -61,9 +61,12 @@ def _qwen_projection(name: str) -> bool:
 FP8_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [BLOCK, BLOCK]}
 
 
-def to_block_fp8(hf: Path, dst: Path, fp8: Callable[[str], bool] = _qwen_projection, announce: bool = False) -> Path:
+def to_block_fp8(hf: Path, dst: Path, fp8: Callable[[str], bool] = _qwen_projection, announce: bool = False,
+                 encode: Callable[[str, np.ndarray], tuple[np.ndarray, np.ndarray] | None] | None = None) -> Path:
     """A copy of ``hf`` whose 2-D tensors named by ``fp8`` (default: Qwen's MTP projections) are
-    block-FP8; ``announce`` also writes the release's ``quantization_config`` into config.json."""
+    block-FP8; ``announce`` also writes the release's ``quantization_config`` into config.json.
+    ``encode(name, w)``: a release's own layout for a tensor (the values to store as E4M3 and
+    their inverse scales), None for the plain 128x128 blocks."""
     shutil.copytree(hf, dst)
     idx = json.loads((dst / INDEX).read_text())
     if announce:
@@ -79,7 +82,11 @@ def to_block_fp8(hf: Path, dst: Path, fp8: Callable[[str], bool] = _qwen_project
             data = raw[info.begin:info.end]
             if fp8(name) and len(info.shape) == 2:
                 w = np.array(to_mx(info, data).astype(mx.float32))
-                codes, scale = _fp8(w)
+                own = encode(name, w) if encode is not None else None
+                if own is not None:
+                    codes, scale = np.array(mx.to_fp8(mx.array(own[0])), dtype=np.uint8).tobytes(), own[1]
+                else:
+                    codes, scale = _fp8(w)
                 out[name] = ("F8_E4M3", list(info.shape), codes)
                 out[f"{name}_scale_inv"] = ("F32", list(scale.shape), scale.tobytes())
                 idx["weight_map"][f"{name}_scale_inv"] = shard.name

@@ -1,4 +1,4 @@
-"""A tiny MiMo-V2-Flash / V2.5 (``mimo_v2_flash``, ``MiMoV2FlashForCausalLM``) checkpoint in the
+"""A tiny MiMo-V2-Flash (``mimo_v2_flash``, ``MiMoV2FlashForCausalLM``) checkpoint in the
 release's Hugging Face layout, MTP layers included.
 
 The config is spelled as the release's config.json spells it (what llama.cpp's converter,
