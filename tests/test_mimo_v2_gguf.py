@@ -60,12 +60,12 @@ def _as_converters(ours: Path, ref: Path) -> None:
             assert (mine.type, mine.shape) == (t.type, t.shape) and a.read(mine.nbytes) == b.read(t.nbytes), k
 
 
-@pytest.mark.parametrize("precision", ["f32", "bf16", "q8_0"])
-@pytest.mark.parametrize("release", ["bf16", "fp8"])
+@pytest.mark.parametrize("release,precision", [("bf16", "f32"), ("fp8", "f32"), ("fp8", "q8_0")])
 def test_the_mtp_file_is_the_converters_export(srcs: dict[str, Path], release: str, precision: str,
                                                tmp_path: Path) -> None:
-    """From either release, at f32, bf16 and q8_0: the converter's ``--mtp`` export, tensor for
-    tensor — for the FP8 release only when ``qkv_proj`` is unsharded as the converter unshards it."""
+    """From either release: the converter's ``--mtp`` export, tensor for tensor — for the FP8
+    release only when ``qkv_proj`` is unsharded as the converter unshards it (bf16 from both
+    releases measured the same way: docs/families/mimo_v2_flash.md §6)."""
     trunk = _trunk(srcs, tmp_path)
     before = gguf_env.sha256(trunk)
     r = judged.add_mtp(trunk, srcs[release], "--precision", precision)

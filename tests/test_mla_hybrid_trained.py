@@ -17,8 +17,8 @@ hidden state — so here a head mtpforge wrote is judged by what it drafts:
 
 The norm cases on these heads are in tests/test_norm_truth_families.py. Measured figures:
 docs/families/glm4_moe_lite.md, docs/families/glm_moe_dsa.md, docs/families/deepseek_v32.md,
-docs/families/nemotron_h.md. GLM-5's and DeepSeek-V3.2's heads are also judged by MTPLX's
-``deepseek_mtp`` (their sidecars; the other two are conformance cells).
+docs/families/nemotron_h.md. GLM-5's head is also judged by MTPLX's ``deepseek_mtp`` (its sidecar;
+DeepSeek-V3.2's shares its weights; the other two are conformance cells).
 """
 
 from __future__ import annotations
@@ -120,11 +120,12 @@ def test_our_head_accepts_as_much_as_the_converters(server_runs, family: str) ->
 
 
 @pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("family", ["glm_moe_dsa", "deepseek_v32"])
+@pytest.mark.parametrize("family", ["glm_moe_dsa"])
 def test_mtplx_drafts_well_with_our_dsa_sidecar(family: str, tmp_path: Path) -> None:
-    """A DSA head (GLM-5's, DeepSeek-V3.2's) in MTPLX's ``deepseek_mtp``: mtpforge's sidecar (the
-    indexer's five tensors as stored) beside ``mlx_lm.convert``'s float32 folder; MTPLX decodes as
-    its plain decode and accepts a real share of the drafts."""
+    """A DSA head in MTPLX's ``deepseek_mtp``: mtpforge's sidecar (the indexer's five tensors as
+    stored) beside ``mlx_lm.convert``'s float32 folder; MTPLX decodes as its plain decode and
+    accepts a real share of the drafts. GLM-5's only: DeepSeek-V3.2's trained model has its
+    weights and MTPLX's alias runs the same code (28 / 43 accepted for both, measured once)."""
     from tests import mlx_judged as judged
     from tests.support.synth import convert_to_mlx
 
