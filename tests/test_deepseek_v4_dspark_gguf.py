@@ -175,6 +175,28 @@ def test_inspect_reads_the_drafter_beside_the_trunk_and_the_drafter_itself(src: 
     assert code == 1 and codes == ["MTP_HEAD_MISSING", "MTP_MISSING_TENSORS", "MTP_SHAPE_MISMATCH"], rep["findings"]
 
 
+def test_inspect_source_holds_the_drafters_norms_against_the_release(src: Path, tmp_path: Path) -> None:
+    """``inspect DRAFTER --source RELEASE``: every norm of the stages and the one closing them
+    equals the release's (raw, as the converter writes DeepSeek-V4's) — no finding; the same file
+    with its norms +1 is named shifted; the MTP release as ``--source`` is another model's."""
+    from tests.support.synth.deepseek_v4 import build_deepseek_v4
+    from tests.test_gguf import _rewrite
+
+    trunk = _trunk(src, tmp_path)
+    ours = Path(judged.add_mtp(trunk, src, "--precision", "f32")["output"])
+    code, rep = judged.inspect_json(ours, "--source", str(src))
+    assert (code, rep["findings"]) == (0, []) and (rep["norm_convention"], rep["norm_convention_from"]) == ("raw", "source")
+    (tmp_path / "shifted").mkdir()
+    shifted = _rewrite(ours, tmp_path / "shifted" / ours.name,
+                       edit=lambda k, a: a + 1 if k.endswith("norm.weight") and k != "enc.output_norm.weight" else None)
+    code, rep = judged.inspect_json(shifted, "--source", str(src))
+    assert code == 1 and rep["norm_convention"] == "shifted", rep
+    assert [f["code"] for f in rep["findings"]] == ["MTP_NORMS_SHIFTED"], rep["findings"]
+    mtp_release = build_deepseek_v4(tmp_path / "tiny-deepseek_v4")
+    code, rep = judged.inspect_json(ours, "--source", str(mtp_release))
+    assert code == 1 and [f["code"] for f in rep["findings"]] == ["SOURCE_MISMATCH"], rep["findings"]
+
+
 def test_the_drafting_comparison_sees_a_misread_markov_head(src: Path, tmp_path: Path) -> None:
     """The equal counts mean something: with ``markov_w1`` and ``markov_w2`` read the other way
     round (same shape), llama-server accepts a small fraction of what it accepts with mtpforge's

@@ -223,3 +223,22 @@ def test_the_decoder_splits_kv_b_proj_as_mlx_lms_sanitize_does(bits: int | None)
     for k, v in ours.items():
         assert v.dtype == theirs[f"model.layers.0.{k}"].dtype and mx.array_equal(v, theirs[f"model.layers.0.{k}"]), k
     assert set(q) == ({spec.mlx_layer_parts[Role.K_B], spec.mlx_layer_parts[Role.V_B]} if bits else set())
+
+
+def test_a_rank_sharded_fp8_matrix_is_unsharded_as_its_ranks_stored_it() -> None:
+    """MiMo-V2.5's FP8 ``qkv_proj``: the rank count is read from the scale's rows (8 tried first,
+    as llama.cpp's converter tries it); each rank is dequantized with its own scale rows and the
+    parts regrouped. Real V2.5 widths: 64 heads x 192 + 8 x 192 + 8 x 128 = 14848 rows, 116 scale
+    rows = 4 ranks of 29 blocks (8 ranks would need 120)."""
+    from mtpforge.passes.fp8 import E4M3_TO_F32, dequantize_by_rank, rank_count
+
+    assert rank_count(14848, 116) == 4 and rank_count(224, 4) == 4 and rank_count(224, 8) == 8
+    assert rank_count(224, 2) is None and rank_count(224, 3) is None
+    parts, ranks = (8, 4, 4), 2  # two ranks, each holding [q 4 | k 2 | v 2]
+    codes = np.arange(16 * 2, dtype=np.uint8).reshape(16, 2) % 100 + 40
+    scale = np.array([[2.0], [3.0]], np.float32)  # rank 0's rows x2, rank 1's x3
+    w = dequantize_by_rank(codes, scale, parts, ranks)
+    vals = E4M3_TO_F32[codes]
+    r0, r1 = vals[:8] * 2, vals[8:] * 3
+    want = np.concatenate([r0[:4], r1[:4], r0[4:6], r1[4:6], r0[6:], r1[6:]])
+    assert np.array_equal(w, want)

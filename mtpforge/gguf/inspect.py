@@ -97,23 +97,25 @@ def check_head_file(head: GgufFile, trunk: GgufFile | None, where: str) -> tuple
     return out, info
 
 
-def _norm_convention(head: GgufFile, source: str | None, revision: str | None) -> tuple[str, str, list[Finding]]:
+def _norm_convention(head: GgufFile, source: str | None, revision: str | None,
+                     drafter: str | None = None) -> tuple[str, str, list[Finding]]:
     """Exact comparison of the head's norms with the source's: each must carry what llama.cpp's
     converter adds (+1 on a zero-centred norm, nothing on a raw family's); a norm off by one
-    from that is raw, double-shifted or wrongly shifted."""
+    from that is raw, double-shifted or wrongly shifted. ``drafter``: the head is that family's
+    drafter file (its stages from ``blk.0``, its own norms outside them)."""
     if source is None or head.path is None:
         return "unknown", "none", []
     from ..headplan import decode
     from .source import open_source_head
 
     src = open_source_head(source, revision)
-    other = _other_family(head, src.family, source)
+    other = _other_family(head, src.family, source) if drafter is None else _other_drafter(drafter, src.family, source)
     if other is not None:
         return "unknown", "none", [other]
     spec = FAMILIES[src.family]
     right = "shifted" if spec.norm_offset else "raw"
     kinds: dict[str, str] = {}
-    blocks = _mtp_blocks(head)
+    blocks = list(range(head.block_count)) if drafter else _mtp_blocks(head)
     for name, (bare, want) in norm_sources(spec, blocks[0], len(blocks)).items():
         if name not in head.tensors or bare not in src.entries:
             continue
@@ -208,6 +210,16 @@ def _other_family(head: GgufFile, src_family: str, source: str) -> Finding | Non
                    "pass this model's own original checkpoint as --source", severity="error")
 
 
+def _other_drafter(drafter: str, src_family: str, source: str) -> Finding | None:
+    """A --source that is not the drafter's release (DeepSeek-V4's MTP release beside a DSpark
+    file) proves nothing about its norms: an error finding, as for a head."""
+    if src_family == drafter:
+        return None
+    return finding("SOURCE_MISMATCH", f"--source {source} is a {src_family} checkpoint, but the drafter is {drafter}'s: "
+                                      "the comparison proves nothing",
+                   f"pass the drafter's own release (e.g. {FAMILIES[drafter].example_repo}) as --source", severity="error")
+
+
 def _manifest(p: Path) -> GgufManifestFile | None:
     """The head's record, validated (a damaged one is no record: the head is judged by itself)."""
     return read_gguf_manifest(p.with_name(p.name + MANIFEST_SUFFIX))[0]
@@ -294,7 +306,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
     g = read_local(p)
     family = family_of(g)
     if family is None and (drafter := drafter_family(g)) is not None:
-        return _inspect_drafter(p, g, drafter, target, strict)
+        return _inspect_drafter(p, g, drafter, target, strict, source, revision)
     if family is None:
         raise InputError(*handled_archs(p.name, g.arch))
     is_mtp_only = FIRST_BLOCK_NORM not in g.tensors and bool(_mtp_blocks(g))
@@ -368,19 +380,24 @@ def _convention(head: GgufFile, g: GgufFile, family: str, source: str | None,
     return _norms_from_trunk(head, g, family)
 
 
-def _inspect_drafter(p: Path, d: GgufFile, family: str, target: str, strict: bool) -> dict[str, Any]:
+def _inspect_drafter(p: Path, d: GgufFile, family: str, target: str, strict: bool, source: str | None = None,
+                     revision: str | None = None) -> dict[str, Any]:
     """``inspect`` of a drafter file itself: its stages and root tensors, against the trunk its
-    record names when that trunk is beside it."""
+    record names when that trunk is beside it; its norms against ``source`` (else its record's word)."""
     m = _manifest(p)
     trunk_path = p.with_name(m.trunk.file) if m and m.trunk else None
     trunk = read_local(trunk_path) if trunk_path is not None and trunk_path.is_file() else None
     findings, info = check_drafter_file(d, family, trunk, p.name)
     findings += nonfinite_in(d, list(d.tensors), p.name)
+    conv, conv_from = ((m.norm_convention or "raw") if m else "unknown"), ("manifest" if m else "none")
+    if source:
+        conv, conv_from, nf = _norm_convention(d, source, revision, drafter=family)
+        findings += nf
     report: dict[str, Any] = {
         "target": target, "format": "gguf", "architecture": d.arch, "family": family, "layout": GGUF_MTP.name,
         "config_mtp_layers": d.block_count, "block_count": d.block_count, "trunk_layers": None,
         "mtp_tensors": info["mtp_tensors"], "mtp_bytes": info["mtp_bytes"],
-        "norm_convention": (m.norm_convention or "raw") if m else "unknown", "norm_convention_from": "manifest" if m else "none",
+        "norm_convention": conv, "norm_convention_from": conv_from,
         "expert_format": info["expert_format"],
         "quantization": {"file_type": d.get("general.file_type"), "mtp_types": info["types"]},
         "mtp_files": [], "drafter": info, "head_file": str(p), "trunk": str(trunk_path) if trunk is not None else None,
