@@ -61,9 +61,6 @@ LONG: tuple[str, ...] = ("tests/test_acceptance.py", "tests/test_norm_behaviour.
                          "tests/test_family_step3p5.py::test_norms_left",
                          # MTPLX's deepseek_mtp on DeepSeek-V3.2's and GLM-5's MLX heads (~20 s each, 6 cases)
                          "tests/test_family_dsa_mlx.py::test_mtplx_drafts",
-                         # DeepSeek-V3.2's trained model through mlx_lm.convert, add-mtp and verify
-                         # (~25 s): GLM-5's weights, whose case runs in the README's set
-                         "tests/test_mla_hybrid_trained.py::test_verify_drafts_well_with_our_head[deepseek_v32]",
                          # a margin under ten minutes for the README's command (about 70 s of CPU
                          # measured fresh): three bad quantizations through every command, a pytest
                          # run inside pytest, a server that never answers, a head that never drafts,

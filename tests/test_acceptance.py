@@ -245,6 +245,9 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, mx.array]], dict[str, mx.array]],
     "gate_up_swapped": (_swap_gate_up, 0.3, len(PROMPTS)),
 }
 MOE_ONLY = ("experts_out_of_order",)
+#: the mutations of what the MoE head has alike (its norms, its fc): measured on the dense model
+#: only (the MoE run cost ~20 s of the suite for the same verdict: 83.5% -> 3.1% and 4.0%)
+DENSE_ONLY = ("norms_not_shifted", "concat_order_swapped")
 
 
 @pytest.mark.parametrize("kind", [pytest.param("dense", marks=needs("dense")), pytest.param("moe", marks=needs("moe"))])
@@ -253,7 +256,7 @@ def test_each_known_conversion_bug_lowers_acceptance(converted, measured, kind: 
     good = measured(kind)["hidden_variants"]["post"]
     assert good >= FLOOR[kind]
     for name, (edit, least_fall, n_prompts) in MUTATIONS.items():
-        if name in MOE_ONLY and kind == "dense":
+        if (name in MOE_ONLY and kind == "dense") or (name in DENSE_ONLY and kind == "moe"):
             continue
         bad = _verify(_mutate(target, tmp_path / name, edit), PROMPTS[:n_prompts], hidden="post")
         report(f"{kind} {name}", {"good": good, "mutated": bad["acceptance"]})
