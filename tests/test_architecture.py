@@ -259,3 +259,11 @@ def test_the_key_fragments_cover_every_family_row():
             assert any(_pattern(f, formats).search(row.key) for f in frags), f"{spec.name}: {row.key} yields no fragment"
             assert any(_pattern(f, formats).search(stored) for f in frags), f"{spec.name}: {stored} yields no fragment"
     assert {"pre_fc_norm_hidden", "shared_expert_gate", "mtp.", "mlp.gate"} <= frags
+
+
+def test_a_rank_sharded_release_is_read_by_every_emitter_its_family_has():
+    """``FamilySpec.rank_sharded`` is honoured by the GGUF emitter's decode only: a family that
+    gains an MLX layout must have the MLX emitter read it too before this passes."""
+    from mtpforge.families import FAMILIES
+
+    assert [s.name for s in FAMILIES.values() if s.rank_sharded and s.layouts] == []

@@ -362,7 +362,8 @@ class FamilySpec:
     gguf_fused: Mapping[Role, tuple[Role, ...]] = field(default_factory=dict)
     #: roles whose block-FP8 release stores the rows rank by rank over tensor-parallel ranks, each
     #: rank's share of every part together (MiMo-V2.5's ``qkv_proj``): the dims of the parts, in
-    #: order (``headplan.rank_sharded`` unshards them as the family's converter does)
+    #: order (``headplan.rank_sharded`` unshards them as the family's converter does). The GGUF
+    #: emitter reads it; no family that has it writes an MLX layout (the architecture test holds that)
     rank_sharded: Mapping[Role, tuple[str, ...]] = field(default_factory=dict)
     #: the family whose GGUF files this family's are, tensor for tensor (one llama.cpp
     #: architecture, one layout: a file does not say which release it came from)
