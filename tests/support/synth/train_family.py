@@ -22,7 +22,7 @@ import numpy as np
 
 from .family_common import build_family_tokenizer, write_generation_config
 from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import POST_NORM, Feed, GlmTrainSettings, draft_acceptance, train_head
+from .train_glm import POST_NORM, Feed, GlmTrainSettings, checked_export, draft_acceptance, train_head
 from .write import write_hf_checkpoint
 
 
@@ -76,7 +76,8 @@ def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
         acc = draft_acceptance(model, head, heldout_prompts(tok, s), feed=r.feed)
         if log:
             log(f"{r.architecture}: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
-        tensors = _checked(r.export(model, head, r.config), r.specs(r.config))
+        tensors = checked_export(r.export(model, head, r.config),
+                                 {k: tuple(spec[0]) for k, spec in r.specs(r.config).items()})
         write_hf_checkpoint(folder, r.config, tensors, n_shards=2, tokenizer_dir=Path(tokdir))
     if r.finish is not None:
         r.finish(folder)
@@ -87,18 +88,6 @@ def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
               "acceptance_float32_mlx": acc, **r.extra}
     (folder / "training.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return record
-
-
-def _checked(tensors: dict[str, mx.array], specs: dict[str, Any]) -> dict[str, mx.array]:
-    """The export in float32, exactly the table's names and shapes (a trainer that drifts from
-    the release's layout fails here, not in a runtime)."""
-    want = {k: tuple(spec[0]) for k, spec in specs.items()}
-    got = {k: tuple(v.shape) for k, v in tensors.items()}
-    if got != want:
-        raise ValueError(f"export does not match the release layout: {sorted(set(got) ^ set(want))[:6]}")
-    out = {k: v.astype(mx.float32) for k, v in tensors.items()}
-    mx.eval(out)
-    return out
 
 
 __all__ = ["Recipe", "train_and_write"]

@@ -254,7 +254,12 @@ def hf_tensors(model: nn.Module, head: nn.Module, config: dict[str, Any]) -> dic
                   p + "embed_tokens.weight": trunk["model.embed_tokens.weight"]})
     tensors = {**trunk, **nextn}
     shapes = _trunk_shapes(config)
-    want = {**shapes, **nextn_shapes(config, shapes, True)}
+    return checked_export(tensors, {**shapes, **nextn_shapes(config, shapes, True)})
+
+
+def checked_export(tensors: dict[str, mx.array], want: dict[str, tuple[int, ...]]) -> dict[str, mx.array]:
+    """The export in float32, exactly the release's names and shapes ``want`` (a trainer that
+    drifts from the release's layout fails here, not in a runtime)."""
     got = {k: tuple(v.shape) for k, v in tensors.items()}
     if got != want:
         raise ValueError(f"export does not match the release layout: {sorted(set(got) ^ set(want))[:6]}")
