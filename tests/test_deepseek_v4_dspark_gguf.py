@@ -33,7 +33,8 @@ STAGES = 3
 #: and 3 routed expert stacks
 BLOCK = 24
 #: what ``DeepseekV4DSparkModel`` writes outside the blocks
-ROOT = ("fc.weight", "enc.output_norm.weight", "output_norm.weight", "output_hc_fn.weight", "output_hc_base.weight",
+MAIN_NORM = "enc.output_norm.weight"
+ROOT = ("fc.weight", MAIN_NORM, "output_norm.weight", "output_hc_fn.weight", "output_hc_base.weight",
         "output_hc_scale.weight", "markov_w1.weight", "markov_w2.weight", "conf_proj.weight")
 #: how the converter's file is drafted with: the block size less the anchor
 N_MAX = 3
@@ -188,10 +189,16 @@ def test_inspect_source_holds_the_drafters_norms_against_the_release(src: Path, 
     assert (code, rep["findings"]) == (0, []) and (rep["norm_convention"], rep["norm_convention_from"]) == ("raw", "source")
     (tmp_path / "shifted").mkdir()
     shifted = _rewrite(ours, tmp_path / "shifted" / ours.name,
-                       edit=lambda k, a: a + 1 if k.endswith("norm.weight") and k != "enc.output_norm.weight" else None)
+                       edit=lambda k, a: a + 1 if k.endswith("norm.weight") else None)
     code, rep = judged.inspect_json(shifted, "--source", str(src))
     assert code == 1 and rep["norm_convention"] == "shifted", rep
     assert [f["code"] for f in rep["findings"]] == ["MTP_NORMS_SHIFTED"], rep["findings"]
+    # the norm after the input projection (main_norm, outside the stages) is held too
+    (tmp_path / "main").mkdir()
+    main_only = _rewrite(ours, tmp_path / "main" / ours.name, edit=lambda k, a: a + 1 if k == MAIN_NORM else None)
+    code, rep = judged.inspect_json(main_only, "--source", str(src))
+    assert code == 1 and [f["code"] for f in rep["findings"]] == ["MTP_NORMS_MIXED"], rep["findings"]
+    assert MAIN_NORM in rep["findings"][0]["message"]
     mtp_release = build_deepseek_v4(tmp_path / "tiny-deepseek_v4")
     code, rep = judged.inspect_json(ours, "--source", str(mtp_release))
     assert code == 1 and [f["code"] for f in rep["findings"]] == ["SOURCE_MISMATCH"], rep["findings"]

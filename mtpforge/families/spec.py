@@ -136,12 +136,12 @@ class Role(str, Enum):
     CONF_PROJ = "conf_proj"
 
 
-#: every norm of a head (RMSNorms; the DSA indexer's key LayerNorm), zero-centred in the release or not
+#: every norm of a head (RMSNorms, DSpark's main_norm among them; the DSA indexer's key LayerNorm), zero-centred or not
 #: (``FamilySpec.norm_roles`` says which are)
 NORM_ROLES = frozenset({
     Role.PRE_FC_NORM_EMBEDDING, Role.PRE_FC_NORM_HIDDEN, Role.FINAL_NORM, Role.INPUT_NORM,
     Role.POST_ATTENTION_NORM, Role.Q_NORM, Role.K_NORM, Role.Q_A_NORM, Role.KV_A_NORM, Role.INDEXER_K_NORM,
-    Role.LAYER_OUT_NORM,
+    Role.LAYER_OUT_NORM, Role.MAIN_NORM,
 })
 #: the routers: mlx-lm's MoE convention keeps them at 8 bits, llama.cpp in F32
 ROUTER_ROLES = frozenset({Role.ROUTER, Role.SHARED_EXPERT_GATE})

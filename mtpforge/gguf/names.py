@@ -143,7 +143,8 @@ FIRST_BLOCK_NORM: str = gguf.TENSOR_NAMES[_T.ATTN_NORM].format(bid=0) + ".weight
 
 #: tensors llama.cpp keeps in F32 whatever the file type (its converter's rule: norms, 1-D
 #: tensors, routers, the DSA indexer's head weights)
-F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES | {Role.INDEXER_PROJ})))
+F32_SUFFIXES: tuple[str, ...] = ("_norm.weight", *(TENSOR_NAMES[r] for r in sorted(NORM_ROLES | ROUTER_ROLES | {Role.INDEXER_PROJ})
+                                                     if r in TENSOR_NAMES))
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
