@@ -87,6 +87,17 @@ def test_an_unhandled_model_type_is_bad_input_listing_the_registry(tmp_path: Pat
     assert all(t in line for s in FAMILIES.values() for t in s.model_types if not t.endswith("_mtp")), line
 
 
+def test_a_family_not_written_yet_is_named_with_what_drafts_it_today(tmp_path: Path) -> None:
+    """dots3 ships an MTP head that no program drafts yet (docs/families/dots3.md): inspect names
+    the family and says so, instead of calling it a model nobody ships a head for."""
+    d = tmp_path / "dots3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "dots3_note", "num_hidden_layers": 2}))
+    p = cli("inspect", "dots3", cwd=tmp_path)
+    line = one_line(p)
+    assert p.returncode == 2 and "is a dots3 model" in line and "no MTP graph for dots3note" in line, line
+
+
 def test_remove_mtp_on_a_folder_that_is_no_model_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "GUIDE.md").write_text("# guide\n")

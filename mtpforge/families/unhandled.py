@@ -19,7 +19,9 @@ class Unwritten:
 
 UNWRITTEN: tuple[Unwritten, ...] = (
     Unwritten("dots3", ("dots3_note", "dots3_note_text"),
-              "llama.cpp's converter writes its MTP head (--mtp) from the whole source checkpoint"),
+              "llama.cpp's converter writes its MTP block (--mtp) from the whole source checkpoint, but llama.cpp "
+              "cannot draft with it yet (no MTP graph for dots3note), nor can any MLX runtime "
+              "(docs/families/dots3.md)"),
 )
 
 
