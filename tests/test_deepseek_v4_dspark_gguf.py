@@ -179,7 +179,8 @@ def test_inspect_reads_the_drafter_beside_the_trunk_and_the_drafter_itself(src: 
 def test_inspect_source_holds_the_drafters_norms_against_the_release(src: Path, tmp_path: Path) -> None:
     """``inspect DRAFTER --source RELEASE``: every norm of the stages and the one closing them
     equals the release's (raw, as the converter writes DeepSeek-V4's) — no finding; the same file
-    with its norms +1 is named shifted; the MTP release as ``--source`` is another model's."""
+    with its norms +1 is named shifted; the MTP release as ``--source`` is another model's. The
+    trunk with the drafter beside it (``inspect TRUNK --source RELEASE``) holds the drafter alike."""
     from tests.support.synth.deepseek_v4 import build_deepseek_v4
     from tests.test_gguf import _rewrite
 
@@ -202,6 +203,13 @@ def test_inspect_source_holds_the_drafters_norms_against_the_release(src: Path, 
     mtp_release = build_deepseek_v4(tmp_path / "tiny-deepseek_v4")
     code, rep = judged.inspect_json(ours, "--source", str(mtp_release))
     assert code == 1 and [f["code"] for f in rep["findings"]] == ["SOURCE_MISMATCH"], rep["findings"]
+    # the trunk with the drafter beside it: --source is the drafter's release, its norms held to it
+    code, rep = judged.inspect_json(trunk, "--source", str(src))
+    assert code == 0 and rep["drafters"][0]["norm_convention"] == "raw", rep
+    shifted.replace(ours)
+    code, rep = judged.inspect_json(trunk, "--source", str(src))
+    assert code == 1 and sorted(f["code"] for f in rep["findings"]) == ["MTP_HEAD_MISSING", "MTP_NORMS_SHIFTED"], rep
+    assert rep["drafters"][0]["norm_convention"] == "shifted"
 
 
 def test_the_drafting_comparison_sees_a_misread_markov_head(src: Path, tmp_path: Path) -> None:

@@ -280,9 +280,12 @@ def _for_other_trunk(entry: dict[str, Any], sp: Path, trunk: Path) -> bool:
     return bool(serves) and trunk.name not in serves
 
 
-def _drafter_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[Finding]]:
+def _drafter_siblings(p: Path, g: GgufFile, source: str | None = None,
+                      revision: str | None = None) -> tuple[list[dict[str, Any]], list[Finding]]:
     """The drafter files beside a trunk (DSpark's ``dspark-*.gguf``): each one's entry and the
-    findings of those meant for it."""
+    findings of those meant for it; with ``source`` (a trunk without an MTP head of its own, so
+    --source is the drafter's release) each one's norms held against it, as for the drafter
+    inspected by itself."""
     entries: list[dict[str, Any]] = []
     findings: list[Finding] = []
     for dp, fam in drafter_files(p, g.arch):
@@ -298,6 +301,9 @@ def _drafter_siblings(p: Path, g: GgufFile) -> tuple[list[dict[str, Any]], list[
         entries.append(entry)
         if not _for_other_trunk(entry, dp, p):
             findings += f + nonfinite_in(d, list(d.tensors), dp.name)
+            if source is not None:
+                entry["norm_convention"], _, nf = _norm_convention(d, source, revision, drafter=fam)
+                findings += nf
     return entries, findings
 
 
@@ -321,7 +327,7 @@ def inspect_gguf(target: str, *, source: str | None = None, revision: str | None
     else:
         siblings, findings, head, info = _mtp_siblings(p, g)
         layout = GGUF_MTP.name if head is not None else layout
-        drafters, df = _drafter_siblings(p, g)
+        drafters, df = _drafter_siblings(p, g, source if head is None else None, revision)
         findings += df
     if head is None:
         findings.append(_no_head(p, g, target, _source_hint(g, source), drafters))
