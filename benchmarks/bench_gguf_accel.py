@@ -26,7 +26,6 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path

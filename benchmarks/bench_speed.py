@@ -15,7 +15,6 @@ Targets: bf16 wall <= 2x cp; quantization throughput in MB/s of source bytes.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path

@@ -17,9 +17,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 

@@ -17,7 +17,6 @@ import argparse
 import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import common as C

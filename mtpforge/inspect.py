@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .checks import data, drafts, folder, index, norms, quant, runtime as runtime_check, structure, values
 from .checks.context import InspectContext, build_context, open_target_store
-from .errors import InputError, unknown_choice
+from .errors import unknown_choice
 from .findings import ERROR, INFO, WARNING, Finding
 from .runtimes import RUNTIMES
 

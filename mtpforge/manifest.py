@@ -406,7 +406,7 @@ def _plan_card(folder: Path, manifest: dict[str, Any], plan: UndoPlan) -> None:
     if section_sha(text) not in sections:
         raise UntrustedManifest(
             f"{CARD}'s MTP head section was edited after add-mtp, so removing the head would discard that edit; nothing was changed",
-            f"undo the edit inside the section (between the mtpforge:mtp-head comments), or delete the section by hand")
+            "undo the edit inside the section (between the mtpforge:mtp-head comments), or delete the section by hand")
     rest = take_out(text, sep).encode("utf-8")
     unchanged = after_sha == _sha(data)
     if edited is None:

@@ -155,8 +155,8 @@ def _offsets(folder: Path, cat: Any, source: str | None, revision: str | None, s
         why = res.notes[0] if res.notes else (
             f"no convention explains the backbone decisively better than another (margin {res.evidence:.1f} nats)")
         raise RefusedError(f"the evidence is not decisive, nothing was changed: {why}",
-                           f"pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
-                           f"with `mtpforge add-mtp --force`")
+                           "pass --source <original Hugging Face repo> to compare exactly, or re-create the head "
+                           "with `mtpforge add-mtp --force`")
     by_group = res.repair_offsets()
     per_key = {k: by_group[g] for k in norms if (g := res.group(k)) in by_group}
     # a group the drafts barely depend on takes the backbone comparison's verdict, as inspect does

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..errors import CorruptFileError, InputError, RefusedError
 from ..inputs.index import INDEX_FILE, IndexFile, parse_index

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RefusedError
+from ..errors import RefusedError
 from ..layouts.gguf import GGUF_LAYOUTS
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..manifest import UntrustedManifest, _link_allowed

@@ -381,7 +381,7 @@ def render_markdown(res: dict[str, Any], title: str) -> str:
                        ["run", "served", "drafted", "accepted", "output = plain", "error"]), ""]
     ref = res.get("mlx_reference")
     if ref:
-        out += [f"### mlx-lm (released)", "", f"Source folder loaded unquantized (float32): greedy ids identical to "
+        out += ["### mlx-lm (released)", "", f"Source folder loaded unquantized (float32): greedy ids identical to "
                 f"llama.cpp's f32 trunk: {ref.get('identical_to_llama_cpp_plain')}.", ""]
     conv = res.get("mlx_convert")
     if conv:
