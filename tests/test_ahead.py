@@ -82,3 +82,30 @@ def test_mtpforge_threads_sets_the_converting_threads_and_a_bad_value_keeps_the_
     monkeypatch.setenv("MTPFORGE_THREADS", given)
     default = max(1, min(4, os.cpu_count() or 1))
     assert ahead._workers() == (expected if expected is not None else default)
+
+
+def test_early_sync_flushes_the_callers_buffer_every_stretch_and_keeps_the_bytes(tmp_path) -> None:
+    """A large output is synced every ``every`` bytes while it is written (the caller's buffer
+    emptied first, in the caller's thread); what is written is unchanged, and a sync that failed
+    is raised at the next wait, not lost."""
+    import os
+
+    from mtpforge.writer.ahead import EarlySync
+
+    flushed: list[int] = []
+    path = tmp_path / "out.bin"
+    with open(path, "wb") as f:
+        sync = EarlySync(f.fileno(), lambda: (flushed.append(f.tell()), f.flush()), every=4096)
+        for i in range(64):
+            f.write(bytes([i]) * 1024)
+            sync.wrote(1024)
+            sync.wait()  # each sync done before the next stretch: every stretch gets one
+        f.flush()
+    assert len(flushed) == 16 and flushed[0] == 4096 and flushed[-1] == 64 * 1024
+    assert path.read_bytes() == b"".join(bytes([i]) * 1024 for i in range(64))
+    fd = os.open(path, os.O_RDONLY)
+    os.close(fd)
+    broken = EarlySync(fd, every=1)
+    broken.wrote(1)
+    with pytest.raises(OSError):
+        broken.wait()

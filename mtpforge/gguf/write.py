@@ -22,7 +22,7 @@ import gguf
 import numpy as np
 
 from ..errors import InputError, RefusedError
-from ..writer.ahead import run_ahead, side_thread
+from ..writer.ahead import EarlySync, run_ahead, side_thread
 from .gguffile import KV, GgufFile, GgufTensor
 
 COPY_CHUNK = 8 << 20
@@ -167,6 +167,7 @@ class _HashingFile:
         self._f, self._h = f, hashlib.sha256()
         with open(path, "rb") as r:
             self._h.update(r.read(f.tell()))
+        self._sync = EarlySync(f.fileno(), f.flush)
 
     def write(self, b: "bytes | memoryview") -> int:
         if len(b) < _HASH_APART:
@@ -179,11 +180,13 @@ class _HashingFile:
             return self._f.write(b)
         finally:
             hashed.result()
+            self._sync.wrote(len(b))
 
     def tell(self) -> int:
         return self._f.tell()
 
     def flush(self) -> None:
+        self._sync.wait()
         self._f.flush()
 
     def fileno(self) -> int:

@@ -8,6 +8,7 @@ one slice, whatever the head's size (docs/SPEC.md §4).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..checkpoint.safetensors_header import DTYPE_SIZES
+from .ahead import EarlySync
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class SafetensorsWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.pwrite(self._fd, header, 0)
         os.ftruncate(self._fd, self.total)
+        self._sync = EarlySync(self._fd)
 
     def write(self, key: str, data: bytes, index: int = 0, count: int = 1) -> None:
         """Write slice ``index`` of ``count`` equal slices of tensor ``key``."""
@@ -77,12 +80,14 @@ class SafetensorsWriter:
                 raise OSError(errno.ENOSPC, f"no progress writing {self.path}")
             done += n
         self._written[key] += done
+        self._sync.wrote(done)
 
     def close(self) -> None:
         incomplete = [k for k, s in self.specs.items() if self._written[k] != s.nbytes]
         try:
             if incomplete:
                 raise RuntimeError(f"{self.path.name}: tensors not fully written: {incomplete[:3]}")
+            self._sync.wait()
             os.fsync(self._fd)
         finally:
             os.close(self._fd)
@@ -94,4 +99,6 @@ class SafetensorsWriter:
         if exc[0] is None:
             self.close()
         else:
+            with contextlib.suppress(OSError):
+                self._sync.wait()
             os.close(self._fd)
