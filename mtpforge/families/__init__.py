@@ -5,6 +5,7 @@ Adding a family = a new module here and one entry in ``FAMILIES`` (see docs/ARCH
 
 from __future__ import annotations
 
+from .bailing_moe_v3 import BAILING_MOE_V3
 from .deepseek_v3 import DEEPSEEK_V3
 from .deepseek_v32 import DEEPSEEK_V32
 from .deepseek_v4 import DEEPSEEK_V4
@@ -25,6 +26,6 @@ from .step3p5 import STEP3P5
 FAMILIES: dict[str, FamilySpec] = {s.name: s for s in (QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GLM4_MOE, GLM4_MOE_LITE, NEMOTRON_H, STEP3P5,
                                                   DEEPSEEK_V3, DEEPSEEK_V32, GLM_MOE_DSA, HY_V3,
                                                   MIMO_V2_FLASH, MIMO_V2, QWEN4_EXP, DEEPSEEK_V4,
-                                                  DEEPSEEK_V4_DSPARK)}
+                                                  DEEPSEEK_V4_DSPARK, BAILING_MOE_V3)}
 
 __all__ = ["FAMILIES", "FamilySpec", "Role", "Row"]

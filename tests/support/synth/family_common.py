@@ -56,6 +56,32 @@ def random_tensors(specs: dict[str, Spec], *, seed: int, dtype: mx.Dtype = mx.bf
     return out
 
 
+def echo_head_tensors(specs: dict[str, Spec], config: dict[str, Any], *, seed: int, float32: Sequence[str] = (),
+                      damped: tuple[str, ...] = ("o_proj.weight", "down_proj.weight")) -> dict[str, mx.array]:
+    """A random model whose NextN layers (``model.layers.{N + k}``: ``eh_proj``, ``enorm``,
+    ``final_layernorm``) draft. The trunk's residual stream is mostly its input embedding, so its
+    next token is nearly a function of the current one; a head that reads the embedding half of
+    ``eh_proj`` (identity there, small noise elsewhere), adds little in its attention and MLP (the
+    ``damped`` output projections scaled by 0.05) and ends in the trunk's final norm predicts that
+    function of token t+1, i.e. token t+2. Its drafts are accepted where the trunk is that
+    function; a block that read the halves of ``eh_proj`` the other way round, or lost its final
+    norm, would not be (a random head is accepted nowhere, so it shows neither)."""
+    specs = dict(specs)
+    h, n = config["hidden_size"], config["num_hidden_layers"]
+    heads = [f"model.layers.{n + k}." for k in range(int(config.get("num_nextn_predict_layers") or 0))]
+    for p in heads:
+        specs[p + "enorm.weight"] = ((h,), "ones", 0.0, 0.0)
+        for key, (shape, kind, loc, scale) in list(specs.items()):
+            if key.startswith(p) and key.endswith(damped):
+                specs[key] = (shape, kind, loc, scale * 0.05)
+    t = random_tensors(specs, seed=seed, float32=float32)
+    for p in heads:
+        echo = mx.concatenate([mx.eye(h), mx.zeros((h, h))], axis=1) + 0.01 * t[p + "eh_proj.weight"].astype(mx.float32)
+        t[p + "eh_proj.weight"] = echo.astype(mx.bfloat16)
+        t[p + "final_layernorm.weight"] = t["model.norm.weight"]
+    return t
+
+
 def build_family_tokenizer(folder: Path, trained_size: int, extra_special: Sequence[str],
                            *, eos: str | None = None, bos: str | None = None) -> dict[str, int]:
     """The synthetic byte-level BPE (``tokenizer.build_tokenizer``, ``trained_size`` tokens) with

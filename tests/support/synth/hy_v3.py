@@ -32,7 +32,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from .family_common import (Spec, build_family_tokenizer, linear, random_tensors, raw_norm, scratch_dir,
+from .family_common import (Spec, build_family_tokenizer, echo_head_tensors, linear, raw_norm, scratch_dir,
                             write_family_checkpoint, write_generation_config)
 
 TRAINED_VOCAB = 512  # every id below vocab_size is a token
@@ -140,27 +140,8 @@ def mtp_keys(config: dict[str, Any]) -> list[str]:
 
 
 def drafting_tensors(config: dict[str, Any], *, seed: int) -> dict[str, mx.array]:
-    """The tensors, with an MTP layer that drafts: the trunk's residual stream is mostly its input
-    embedding, so its next token is nearly a function of the current one; a head that reads the
-    embedding half of ``eh_proj`` (identity there, small noise elsewhere), adds little in its
-    attention and MoE (small ``o_proj`` / down projections) and ends in the trunk's final norm
-    predicts that function of token t+1, i.e. token t+2. Its drafts are accepted where the trunk is
-    that function; a block that read the halves of ``eh_proj`` the other way round, or lost its
-    final norm, would not be (a random head is accepted nowhere, so it shows neither)."""
-    specs = tensor_specs(config)
-    h, n = config["hidden_size"], config["num_hidden_layers"]
-    heads = [f"model.layers.{n + k}." for k in range(int(config.get("num_nextn_predict_layers") or 0))]
-    for p in heads:
-        specs[p + "enorm.weight"] = ((h,), "ones", 0.0, 0.0)
-        for key, (shape, kind, loc, scale) in list(specs.items()):
-            if key.startswith(p) and key.endswith(("o_proj.weight", "down_proj.weight")):
-                specs[key] = (shape, kind, loc, scale * 0.05)
-    t = random_tensors(specs, seed=seed, float32=FLOAT32)
-    for p in heads:
-        echo = mx.concatenate([mx.eye(h), mx.zeros((h, h))], axis=1) + 0.01 * t[p + "eh_proj.weight"].astype(mx.float32)
-        t[p + "eh_proj.weight"] = echo.astype(mx.bfloat16)
-        t[p + "final_layernorm.weight"] = t["model.norm.weight"]
-    return t
+    """The tensors, with an MTP layer that drafts (``family_common.echo_head_tensors``)."""
+    return echo_head_tensors(tensor_specs(config), config, seed=seed, float32=FLOAT32)
 
 
 def build_hy_v3(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, **overrides: Any) -> Path:
