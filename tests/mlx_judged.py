@@ -109,17 +109,22 @@ def mtplx_judges_the_head(src: Path, mlx: Path, folder: Path, extra: list[str], 
     nothing; verify --generate decodes as plain greedy decoding. Returns MTPLX's and verify's
     figures and inspect's report. ``drafts=False``: MTPLX is not run (plain add-mtp and ``--runtime
     mtplx`` on the family's own fixture are cells of the runtime conformance matrix,
-    tests/conformance); ``params``: as :func:`mtplx_drafts`."""
+    tests/conformance); ``params``: as :func:`mtplx_drafts`. inspect and verify run in this
+    process (their command lines are tests/test_inspect.py's and tests/test_verify.py's subject):
+    a second interpreter importing mlx-lm and transformers cost more than the decode."""
+    from mtpforge.inspect import inspect_checkpoint
+    from mtpforge.verify import verify
+
     shutil.copytree(mlx, folder)
     rep = add_mtp(src, folder, *extra)
     assert (folder / "mtp.safetensors").is_file() and rep["layout"] == "sidecar"
     got = mtplx_drafts(folder, *params) if drafts else None
     assert got is None or got["mtp_enabled"] and got["identical"] and got["drafted"] > 0, got
-    r = mtpforge("inspect", str(folder), "--json", "--runtime", "mtplx")
-    assert r.returncode == 0 and json.loads(r.stdout)["findings"] == [], r.stdout
-    v = mtpforge("verify", str(folder), "--generate", "--json", "--max-tokens", "24")
-    assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
-    return {"add": rep, "mtplx": got, "verify": json.loads(v.stdout), "inspect": json.loads(r.stdout)}
+    ins = inspect_checkpoint(str(folder), runtime="mtplx")
+    assert ins["exit_code"] == 0 and ins["findings"] == [], ins["findings"]
+    v = verify(str(folder), generate=True, max_tokens=24, progress=False)
+    assert v["identical"] is True, v
+    return {"add": rep, "mtplx": got, "verify": v, "inspect": ins}
 
 
 #: the absorbed MLA matrices (``kv_b_proj`` split) among a head's parameters
