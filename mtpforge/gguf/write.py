@@ -177,10 +177,11 @@ class _HashingFile:
         # in a second thread while it is written, and both are done before the caller reuses it
         hashed = side_thread().submit(self._h.update, b)
         try:
-            return self._f.write(b)
+            n = self._f.write(b)
         finally:
             hashed.result()
-            self._sync.wrote(len(b))
+        self._sync.wrote(n)
+        return n
 
     def tell(self) -> int:
         return self._f.tell()

@@ -100,8 +100,6 @@ CONFIG: dict[str, Any] = {
 
 #: kept float32 (the router)
 FLOAT32 = ("mlp.gate.weight", "mlp.gate.expert_bias")
-#: the MTP block's own keys besides its decoder layer (suffixes after ``model.layers.{N}.``)
-NEXTN_EXTRA = ("eh_proj.weight", "enorm.weight", "hnorm.weight", "final_layernorm.weight")
 
 
 def tiny_config(**overrides: Any) -> dict[str, Any]:
@@ -208,12 +206,6 @@ def tensor_specs(config: dict[str, Any], *, nextn: bool = True) -> dict[str, Spe
             s[p + "hnorm.weight"] = raw_norm(h)
             s[p + "final_layernorm.weight"] = raw_norm(h)
     return s
-
-
-def nextn_keys(config: dict[str, Any]) -> list[str]:
-    """The MTP block's keys: every tensor of the layers at index ``num_hidden_layers`` and after."""
-    n = config["num_hidden_layers"]
-    return sorted(k for k in tensor_specs(config) if k.startswith("model.layers.") and int(k.split(".")[2]) >= n)
 
 
 def build_bailing_moe_v3(out_dir: str | Path, *, seed: int = 0, n_shards: int = 2, **overrides: Any) -> Path:
