@@ -16,6 +16,7 @@ has the model and drops the layer, and no MLX runtime drafts it (docs/families/b
 
 from __future__ import annotations
 
+from .glm4_moe import EXPERT_ROWS
 from .glm4_moe_lite import GGUF_DIM_KEYS as MLA_GGUF_DIM_KEYS, mla_dims
 from .spec import FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
@@ -44,19 +45,6 @@ MLP_ROWS = (
     Row(Role.SHARED_UP, "mlp.shared_experts.up_proj.weight", ("IS", "H")),
     Row(Role.SHARED_DOWN, "mlp.shared_experts.down_proj.weight", ("H", "IS")),
 )
-EXPERT_ROWS = {
-    "per-expert": (
-        Row(Role.EXPERT_GATE, "mlp.experts.{e}.gate_proj.weight", ("IM", "H")),
-        Row(Role.EXPERT_UP, "mlp.experts.{e}.up_proj.weight", ("IM", "H")),
-        Row(Role.EXPERT_DOWN, "mlp.experts.{e}.down_proj.weight", ("H", "IM")),
-    ),
-    # the stacked form mlx-lm's bailing_moe_v3 sanitize builds (``mlp.switch_mlp``)
-    "switch_mlp": (
-        Row(Role.EXPERT_GATE, "mlp.switch_mlp.gate_proj.weight", ("E", "IM", "H")),
-        Row(Role.EXPERT_UP, "mlp.switch_mlp.up_proj.weight", ("E", "IM", "H")),
-        Row(Role.EXPERT_DOWN, "mlp.switch_mlp.down_proj.weight", ("E", "H", "IM")),
-    ),
-}
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
     "H": "hidden_size", "NH": "num_attention_heads", "E": "num_experts", "IM": "moe_intermediate_size",
     "IS": "moe_shared_expert_intermediate_size", "V": "vocab_size", "RQ": "q_lora_rank", "RKV": "kv_lora_rank",
@@ -75,6 +63,8 @@ BAILING_MOE_V3 = FamilySpec(
     head_rows=HEAD_ROWS,
     layer_rows=LAYER_ROWS,
     mlp_rows=MLP_ROWS,
+    # GLM-4.5's expert rows: per expert as released, ``mlp.switch_mlp`` stacked as mlx-lm's
+    # bailing_moe_v3 sanitize builds them
     expert_rows=EXPERT_ROWS,
     norm_roles=frozenset(),
     norm_offset=0.0,

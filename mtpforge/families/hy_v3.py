@@ -16,6 +16,7 @@ declares the head without its tensors (docs/families/hy_v3.md §5, measured).
 
 from __future__ import annotations
 
+from .glm4_moe import EXPERT_ROWS
 from .spec import FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
 HEAD_ROWS = (
@@ -41,19 +42,6 @@ MLP_ROWS = (
     Row(Role.SHARED_UP, "mlp.shared_mlp.up_proj.weight", ("IS", "H")),
     Row(Role.SHARED_DOWN, "mlp.shared_mlp.down_proj.weight", ("H", "IS")),
 )
-EXPERT_ROWS = {
-    "per-expert": (
-        Row(Role.EXPERT_GATE, "mlp.experts.{e}.gate_proj.weight", ("IM", "H")),
-        Row(Role.EXPERT_UP, "mlp.experts.{e}.up_proj.weight", ("IM", "H")),
-        Row(Role.EXPERT_DOWN, "mlp.experts.{e}.down_proj.weight", ("H", "IM")),
-    ),
-    # the stacked form MTPLX's vendored hy_v3 model builds (``mlp.switch_mlp``)
-    "switch_mlp": (
-        Row(Role.EXPERT_GATE, "mlp.switch_mlp.gate_proj.weight", ("E", "IM", "H")),
-        Row(Role.EXPERT_UP, "mlp.switch_mlp.up_proj.weight", ("E", "IM", "H")),
-        Row(Role.EXPERT_DOWN, "mlp.switch_mlp.down_proj.weight", ("E", "H", "IM")),
-    ),
-}
 DIM_KEYS: dict[str, "str | tuple[str, ...]"] = {
     "H": "hidden_size", "NH": "num_attention_heads", "D": "head_dim", "KV": "num_key_value_heads",
     "I": "intermediate_size", "E": "num_experts", "IM": "moe_intermediate_size",
@@ -70,6 +58,8 @@ HY_V3 = FamilySpec(
     head_rows=HEAD_ROWS,
     layer_rows=LAYER_ROWS,
     mlp_rows=MLP_ROWS,
+    # GLM-4.5's expert rows: per expert as released, ``mlp.switch_mlp`` stacked as MTPLX's vendored
+    # hy_v3 model builds them
     expert_rows=EXPERT_ROWS,
     norm_roles=frozenset(),
     norm_offset=0.0,
