@@ -43,11 +43,16 @@ def transform_slice(
 ) -> dict[str, bytes]:
     """The pure part: one slice's source bytes -> output bytes per suffix (decoded, and refused
     when not finite, by ``headplan.decode``, as the GGUF emitter's are)."""
+    if m.transform is None and m.q is None and not m.norm:
+        if info.dtype == _ST_FLOAT.get(m.float_dtype):
+            decode(info, raw, shape, scale)  # refused when not finite; the cast back is the identity
+            return {"": raw}
+        # a cast value by value: decoded straight into it (one lookup a value for block-FP8)
+        w = decode(info, raw, shape, scale, encode=partial(cast_float32, float_dtype=m.float_dtype))
+        return {"": memoryview(np.ascontiguousarray(w).reshape(-1).view(np.uint8))}
     w32 = decode(info, raw, shape, scale)
     if m.transform is not None:
         w32 = m.transform(w32)
-    elif m.q is None and not m.norm and info.dtype == _ST_FLOAT.get(m.float_dtype):
-        return {"": raw}  # decode -> float32 -> cast back to the same dtype is the identity
     if m.norm:
         w32 = np.asarray(add_offset(w32, m.offset))
     if m.q is None:

@@ -23,7 +23,7 @@ from .families.spec import FamilySpec, Role
 from .families.tables import declared_mtp_layers, mtp_layers_of
 from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.fp8 import BLOCK as FP8_BLOCK
-from .passes.fp8 import TP_RANKS, dequantize_block_fp8, dequantize_by_rank, e8m0_to_float, rank_count
+from .passes.fp8 import TP_RANKS, dequantize_block_fp8, dequantize_by_rank, e8m0_to_float, encode_block_fp8, rank_count
 
 #: the suffix a block-FP8 weight's scale tensor carries (DeepSeek-V3, Qwen: F32 ``weight_scale_inv``)
 SCALE_SUFFIX = "_scale_inv"
@@ -169,20 +169,32 @@ def peak_memory_estimate(slices: Iterable[SliceRef], overhead: int = 0) -> int:
 
 
 def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None, *,
-           check: bool = True) -> np.ndarray:
+           check: bool = True, encode: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """One slice (or row block) of a source tensor as float32, block-FP8 dequantized — refused
     when it holds NaN or Inf (``check``): quantization or a cast would launder them into
     finite-looking bytes, so every tensor either format writes passes here. numpy throughout: a
-    lazy framework graph evaluated for the check alone cost most of a giant head's conversion."""
+    lazy framework graph evaluated for the check alone cost most of a giant head's conversion.
+
+    ``encode``, a cast applied value by value (the writer's float encoding), returns the encoded
+    values instead: a block-FP8 source then goes through ``encode_block_fp8``'s lookup, the
+    same bits in a fraction of the time (a giant head's conversion was mostly that cast)."""
     if info.dtype == "F8_E4M3":
         if scale is None:
             raise RefusedError(f"source tensor {info.name} is FP8 without a block scale (weight_scale_inv)",
                                "use the bf16 release of the model as --source")
-        w = dequantize_block_fp8(np.frombuffer(raw, np.uint8).reshape(shape), scale)
+        codes = np.frombuffer(raw, np.uint8).reshape(shape)
+        looked_up = encode_block_fp8(codes, scale, encode or _as_float32)
+        if looked_up is not None:
+            return looked_up
+        w = dequantize_block_fp8(codes, scale)
     else:
         w = to_float32(TensorInfo(info.name, info.file, info.dtype, tuple(shape), 0, 0), raw)
     if check:
         refuse_nonfinite(info.name, w)
+    return w if encode is None else encode(w)
+
+
+def _as_float32(w: np.ndarray) -> np.ndarray:
     return w
 
 

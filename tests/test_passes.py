@@ -171,6 +171,41 @@ def test_a_large_block_fp8_tensor_converts_in_row_blocks_to_the_same_bytes():
     assert row_blocks(SliceRef("w", 0, len(raw) + cols, (rows + 1, cols)), odd) == 1
 
 
+@pytest.mark.parametrize("encoding", ["float32", "float16", "bfloat16", "gguf-bf16"])
+def test_block_fp8_looked_up_in_a_cast_equals_the_cast_of_its_dequantization(encoding: str) -> None:
+    """encode_block_fp8: each block's 256 values cast once, the codes looking them up, is the
+    same bits as dequantizing, then casting (the writers' float encodings: MLX's float16 and
+    bfloat16, gguf-py's bfloat16 bytes), also past 256 column blocks (wider offsets); where it
+    cannot be exact it declines (None) and decode takes the exact path, which still refuses a
+    NaN code."""
+    import gguf
+
+    from mtpforge.checkpoint.safetensors_header import TensorInfo
+    from mtpforge.errors import RefusedError
+    from mtpforge.headplan import decode
+    from mtpforge.passes.fp8 import encode_block_fp8
+    from mtpforge.passes.quantize import cast_float32
+
+    encode = {"gguf-bf16": lambda a: gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16)}.get(
+        encoding, lambda a: cast_float32(a, encoding))
+    rng = np.random.default_rng(7)
+    for rows, cols in ((256, 384), (128, 128 * 260)):
+        codes = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+        codes[(codes & 0x7F) == 0x7F] = 0x7E
+        scale = rng.uniform(1e-6, 1e2, (rows // 128, cols // 128)).astype(np.float32)
+        got = encode_block_fp8(codes, scale, encode)
+        want = np.ascontiguousarray(encode(dequantize_block_fp8(codes, scale)))
+        assert got is not None and got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert encode_block_fp8(codes[:, :200], scale[:, :1], encode) is None  # not whole blocks
+    assert encode_block_fp8(codes, np.full_like(scale, np.inf), encode) is None
+    codes[3, 5] = 0xFF
+    assert encode_block_fp8(codes, scale, encode) is None
+    info = TensorInfo("mtp.w", "f", "F8_E4M3", codes.shape, 0, codes.nbytes)
+    with pytest.raises(RefusedError, match="NaN or Inf"):
+        decode(info, codes.tobytes(), codes.shape, scale, encode=encode)
+
+
 def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     """llama.cpp's converter views kv_b_proj [n·(d_nope+d_v), r_kv] per head, keeps the first
     d_nope rows as the key part (transposed: [n, r_kv, d_nope]) and the rest as the value part

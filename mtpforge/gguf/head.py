@@ -34,6 +34,9 @@ from ..writer.ahead import in_order
 from .names import expert_name, family_names, gguf_name, keeps_f32, split_names
 
 Q = gguf.GGMLQuantizationType
+#: the ggml types gguf-py encodes value by value (a cast), not in blocks
+FLOAT_TYPES = frozenset({Q.F32, Q.F16, Q.BF16})
+
 
 #: --precision values -> ggml type of the head's matrices (norms and routers stay F32)
 PRECISIONS: dict[str, gguf.GGMLQuantizationType] = {p: Q[p.upper()] for p in GGUF_PRECISIONS}
@@ -83,7 +86,7 @@ def parse_precision(p: str | None) -> str:
 
 def is_quantized(precision: str) -> bool:
     """A precision whose ggml type is a block quantization (not a float)."""
-    return PRECISIONS[precision] not in (Q.F32, Q.F16, Q.BF16)
+    return PRECISIONS[precision] not in FLOAT_TYPES
 
 
 def _type_for(name: str, shape: tuple[int, ...], precision: str, quantized: bool = False,
@@ -189,7 +192,11 @@ def _split(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], p
 
 def encoded(w: np.ndarray, qtype: gguf.GGMLQuantizationType) -> memoryview:
     """``w`` in ggml type ``qtype``, as a buffer the writer takes without another copy."""
-    return memoryview(np.ascontiguousarray(gguf.quants.quantize(w, qtype)).reshape(-1).view(np.uint8))
+    return _bytes_of(gguf.quants.quantize(w, qtype))
+
+
+def _bytes_of(a: np.ndarray) -> memoryview:
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
 
 
 def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader) -> Callable[[], Iterator[bytes]]:
@@ -202,6 +209,10 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
         return _side_by_side_chunks(t, entries, read)
 
     def convert(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None) -> memoryview:
+        if t.type in FLOAT_TYPES and t.decoder is None and not t.offset and t.transform is None:
+            # a float type is a cast value by value: decoded straight into it (one lookup a value
+            # for a block-FP8 source, the same bits)
+            return _bytes_of(decode(info, raw, shape, scale, encode=partial(gguf.quants.quantize, qtype=t.type)))
         w = (t.decoder or decode)(info, raw, shape, scale)
         if t.offset:
             w = np.asarray(add_offset(w, t.offset))

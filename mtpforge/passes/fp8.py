@@ -12,6 +12,8 @@ in another order, so llama.cpp keeps those experts as they are, only moving bits
 
 from __future__ import annotations
 
+from typing import Callable
+
 import mlx.core as mx
 import numpy as np
 
@@ -52,6 +54,41 @@ def dequantize_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = 
         return w
     w *= np.repeat(np.repeat(s, block, axis=0), block, axis=1)[:out_dim, :in_dim]
     return w
+
+
+#: the two E4M3 bytes that stand for NaN (0x7F and 0xFF: every magnitude bit set)
+_NAN_CODES = np.array([0x7F, 0xFF])
+
+
+def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[[np.ndarray], np.ndarray],
+                     block: int = BLOCK) -> np.ndarray | None:
+    """``encode(fp8 * scale)`` of every value by one lookup a value: a 128x128 block holds at most
+    256 distinct values, so each block's 256 are computed and encoded once and the codes index
+    them. ``encode`` must act value by value (a float cast: the writers' float16 / bfloat16 /
+    float32), so the bits equal ``encode(dequantize_block_fp8(...))``; the decode, the scale and
+    the cast each took a pass over the tensor, several ns a value, where the lookup takes one.
+
+    None where the lookup does not apply and the caller takes the exact path (which refuses what
+    is not finite): a shape not in whole blocks, a NaN code used, a block whose values overflow."""
+    rows, cols = codes.shape
+    if rows % block or cols % block or scale_inv.shape != (rows // block, cols // block):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # a damaged scale: declined just below
+        values = E4M3_TO_F32[None, None, :] * np.asarray(scale_inv, np.float32)[:, :, None]
+    values[:, :, _NAN_CODES] = 0.0  # never looked up once no NaN code is used (checked below)
+    if not np.isfinite(values).all() or (np.bitwise_or(codes, 0x80) == 0xFF).any():
+        return None
+    table = np.ascontiguousarray(encode(values))
+    width = table.nbytes // values.size  # bytes a value (gguf-py hands bfloat16 back as bytes)
+    bits = table.view(np.uint8).reshape(-1, width).view(f"u{width}").reshape(rows // block, -1)
+    per_block = cols // block
+    offsets = (np.arange(per_block, dtype=np.uint16 if per_block <= 256 else np.uint32) * 256)[None, :, None]
+    out = np.empty((rows, cols), bits.dtype)
+    for i in range(rows // block):
+        band = np.s_[i * block:(i + 1) * block]
+        np.take(bits[i], codes[band].reshape(block, per_block, block) + offsets,
+                out=out[band].reshape(block, per_block, block))
+    return out.view(table.dtype) if table.dtype.itemsize == width else out.view(table.dtype).reshape(rows, -1)
 
 
 #: tensor-parallel rank counts a rank-sharded block-FP8 release may be stored over, tried most
