@@ -52,6 +52,7 @@ def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float 
         if seen_at is None and stage is not None and stage in clean(out):  # rich styles numbers
             seen_at = now
         if not sent and seen_at is not None and now - seen_at >= delay:
+            out += _drain(fd)  # what the command printed up to the press, not what was read in time
             try:
                 os.killpg(pid, signal.SIGINT)  # the whole foreground group, as the terminal does
             except ProcessLookupError:  # not yet its own group
@@ -70,6 +71,21 @@ def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float 
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return Run(os.waitstatus_to_exitcode(status), clean(out), clean(at_signal))
+
+
+def _drain(fd: int) -> bytes:
+    """Everything the terminal holds now: on a busy machine this loop may not have read for a
+    while, and a line the command printed before the press would count as printed after it."""
+    got = b""
+    while select.select([fd], [], [], 0)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got
 
 
 def too_late(run: Run, done: str) -> bool:
