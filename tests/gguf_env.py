@@ -9,12 +9,15 @@ command that builds it (tests/external.py).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests import external
@@ -70,17 +73,64 @@ def official(folder: Path, mode: str, outtype: str = "f32", pre: str | None = "q
         return p
     flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": [], "dspark": ["--dspark", "--target-model-dir", str(folder)]}[mode]
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    cmd = [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE)]
-    if pre:
-        cmd += ["--pre", pre]
-    if json.loads((folder / "config.json").read_text()).get("model_type") in RAW_CONFIG_MODEL_TYPES:
-        cmd += ["--raw-config"]
-    cmd += ["--", str(folder), "--outtype", outtype, "--outfile", str(tmp), *flag]
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
-    if r.returncode != 0 or not tmp.is_file():
-        raise AssertionError(f"llama.cpp's converter failed on {folder.name} ({mode}, {outtype}): {r.stderr[-2000:]}")
+    raw = json.loads((folder / "config.json").read_text()).get("model_type") in RAW_CONFIG_MODEL_TYPES
+    rc, log = convert(folder, tmp, outtype, flag, pre=pre, raw_config=raw)
+    if rc != 0 or not tmp.is_file():
+        raise AssertionError(f"llama.cpp's converter failed on {folder.name} ({mode}, {outtype}): {log[-2000:]}")
     os.replace(tmp, p)
     return p
+
+
+def convert(folder: Path, outfile: Path, outtype: str, flags: list[str], *, pre: str | None,
+            raw_config: bool = False) -> tuple[int, str]:
+    """llama.cpp's converter (``scripts/convert_official_gguf.py``) on ``folder``: its exit code
+    and output. The suite's conversions run one after another in one converter interpreter per
+    test process (``--serve``, Linux), which saves each the ~3 s of importing torch and the
+    converter."""
+    need("converter")
+    args = [str(folder), "--outtype", outtype, "--outfile", str(outfile), *flags]
+    if sys.platform == "linux":  # --serve forks a child a conversion: not where fork is unsafe (macOS)
+        return _Converter.get().run({"args": args, "pre": pre, "raw_config": raw_config})
+    cmd = [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE),
+           *(["--pre", pre] if pre else []), *(["--raw-config"] if raw_config else []), "--", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    return r.returncode, r.stdout + r.stderr
+
+
+class _Converter:
+    """The one ``convert_official_gguf.py --serve`` process of this test process (started on
+    first use, restarted if it died; its stdin closing at exit ends it)."""
+
+    _one: "_Converter | None" = None
+
+    def __init__(self) -> None:
+        self.logs = Path(tempfile.mkdtemp(prefix="mtpforge-converter-"))
+        atexit.register(shutil.rmtree, self.logs, True)
+        self.proc = subprocess.Popen(
+            [str(TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(TREE), "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "NO_COLOR": "1"})
+        self.jobs = 0
+
+    @classmethod
+    def get(cls) -> "_Converter":
+        if cls._one is None or cls._one.proc.poll() is not None:
+            cls._one = cls()
+        return cls._one
+
+    def run(self, job: dict[str, object], timeout: float = 900) -> tuple[int, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.jobs += 1
+        log = self.logs / f"job-{self.jobs}.log"
+        self.proc.stdin.write(json.dumps({**job, "log": str(log)}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if not line:  # died or hung: the next conversion starts a fresh one
+            self.proc.kill()
+            return -1, text + f"\n(the converter process {'hung' if not ready else 'died'}: exit {self.proc.wait()})"
+        return int(json.loads(line)["rc"]), text
 
 
 def quantized(src: Path, qtype: str) -> Path:

@@ -74,15 +74,12 @@ def convert(folder: Path, out_dir: Path, mode: str, pre: str, outtype: str = "f3
             raw_config: bool = False) -> dict[str, Any]:
     """llama.cpp's converter: ``trunk`` (--no-mtp), ``mtp`` (--mtp) or ``full`` (default);
     ``raw_config``: config.json read as stored (scripts/convert_official_gguf.py --raw-config)."""
-    gguf_env.need("converter")
     flag = {"trunk": ["--no-mtp"], "mtp": ["--mtp"], "full": []}[mode]
     out = out_dir / f"{folder.name}-{mode}-{outtype}.gguf"
-    cmd = [str(gguf_env.TOOLS_PY), str(REPO / "scripts" / "convert_official_gguf.py"), "--tree", str(gguf_env.TREE),
-           "--pre", pre, *(["--raw-config"] if raw_config else []), "--", str(folder), "--outtype", outtype, "--outfile", str(out), *flag]
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
-    res: dict[str, Any] = {"mode": mode, "flag": " ".join(flag) or "(default)", "rc": r.returncode, "file": str(out)}
-    if r.returncode != 0:
-        res["error"] = r.stderr[-3000:]
+    rc, log = gguf_env.convert(folder, out, outtype, flag, pre=pre, raw_config=raw_config)
+    res: dict[str, Any] = {"mode": mode, "flag": " ".join(flag) or "(default)", "rc": rc, "file": str(out)}
+    if rc != 0:
+        res["error"] = log[-3000:]
     return res
 
 
