@@ -232,6 +232,7 @@ def cp_fsync(path: Path) -> C.Measured:
     code = ("import os, subprocess, sys; from pathlib import Path; subprocess.run(sys.argv[2:], check=True); d = Path(sys.argv[1])\n"
             "for f in ([d] if d.is_file() else [x for x in d.rglob('*') if x.is_file()]):\n"
             "    fd = os.open(f, os.O_RDONLY); os.fsync(fd); os.close(fd)\n")
+    C.settle_disk()
     m = C.run_measured([C.PY, "-S", "-c", code, str(dst), *cmd])
     shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink(missing_ok=True)
     return m
@@ -278,6 +279,7 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     env = C.child_env(HF_ENDPOINT=server.endpoint, HF_HOME=str(hf), HF_HUB_DISABLE_TELEMETRY="1",
                       HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_ENABLE_HF_TRANSFER="0", HF_TOKEN="")
     env.pop("HF_HUB_OFFLINE", None)
+    C.settle_disk()
     m = C.run_measured(C.mtpforge_cmd("add-mtp", "--source", repo, "--target", str(target), "--output", str(out),
                                       "--precision", precision, "--fetch", "ranges", "--json"), env=env)
     rep = m.json()
@@ -299,6 +301,7 @@ def run_local(src: Path, fmt: str, precision: str, target: Path, scratch: Path) 
     """The same conversion from the source folder (no hub, warm cache): the conversion's share."""
     out = scratch / (f"local-{precision}.gguf" if fmt == "gguf" else f"local-mlx-{precision}")
     shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+    C.settle_disk()
     m = C.run_measured(C.mtpforge_cmd("add-mtp", "--source", str(src), "--target", str(target), "--output", str(out),
                                       "--precision", precision, "--json"), env=C.child_env())
     for x in (out, out.with_name(out.name + ".mtpforge.json")):
