@@ -14,6 +14,38 @@ import mlx.core as mx
 
 
 
+class CliTimeout(Exception):
+    """A command run by :func:`cli_in_process` outlived its time."""
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise CliTimeout()
+
+
+def cli_in_process(argv: list[str], timeout_s: int) -> tuple[int | None, str, str, BaseException | None]:
+    """The CLI run in this process, as ``python -m mtpforge`` runs it (argument parsing,
+    run_command, rendering): exit code, stdout, stderr and an exception that escaped. For tests
+    that run a command many times: a second interpreter importing MLX costs more than a small
+    command's work."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from mtpforge.cli import app
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout_s)
+    try:
+        r = CliRunner().invoke(app, argv, catch_exceptions=True)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        # a successful command ignores Ctrl-C from then on (its work is committed): not in a test run
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    exc = r.exception if r.exception is not None and not isinstance(r.exception, SystemExit) else None
+    return r.exit_code, r.stdout, r.stderr, exc
+
+
 def folder_state(root: Path) -> dict[str, str]:
     """Every entry under ``root``: file sha256, or ``-> target`` for symlinks (not followed)."""
     out: dict[str, str] = {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ import gguf
 import yaml
 from hypothesis import strategies as st
 
-from tests.checkers import folder_state
+from tests.checkers import CliTimeout, cli_in_process, folder_state
 
 KINDS = ("config", "index", "header", "manifest", "recipe", "gguf", "fp8", "generation_config", "tokenizer_config")
 SHARD_SRC = "model-00002-of-00003.safetensors"
@@ -512,31 +511,9 @@ class Outcome:
         return not self.problems
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise _Timeout()
-
-
 def invoke(argv: list[str]) -> tuple[int | None, str, str, BaseException | None]:
     """Run the CLI in this process, as ``python -m mtpforge`` runs it (run_command, rendering)."""
-    from typer.testing import CliRunner
-
-    from mtpforge.cli import app
-
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(TIMEOUT_S)
-    try:
-        r = CliRunner().invoke(app, argv, catch_exceptions=True)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-        # a successful command ignores Ctrl-C from then on (its work is committed): not in a test run
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    exc = r.exception if r.exception is not None and not isinstance(r.exception, SystemExit) else None
-    return r.exit_code, r.stdout, r.stderr, exc
+    return cli_in_process(argv, TIMEOUT_S)
 
 
 def judge(case: Case, code: int | None, out: str, err: str, exc: BaseException | None, changed: bool) -> list[str]:
@@ -585,7 +562,7 @@ def run_example(bench: Bench, kind: str, data: Any, work: Path, fast: bool = Fal
         t0 = time.monotonic()
         try:
             code, out, err, exc = invoke(case.argv)
-        except _Timeout:
+        except CliTimeout:
             return Outcome(kind, case.what, case.argv, None, [f"no answer within {TIMEOUT_S} s"], TIMEOUT_S)
         seconds = time.monotonic() - t0
         after = folder_state(root)

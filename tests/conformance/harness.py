@@ -24,6 +24,7 @@ DRIVERS = Path(__file__).resolve().parent / "drivers"
 sys.path.insert(0, str(REPO / "scripts"))
 import setup_runtimes  # noqa: E402  (a script, not a package: standard library only)
 
+from tests.checkers import cli_in_process  # noqa: E402
 from tests.conformance.facts import HEADLESS, LANES, UNSUPPORTED, VARIANTS  # noqa: E402
 
 DATA = REPO / "mtpforge" / "data"
@@ -167,15 +168,17 @@ def prompts_ids(folder: Path) -> list[list[int]]:
 
 
 def mtpforge_cli(*args: str) -> dict[str, Any]:
-    """The real CLI in a subprocess (as a user runs it); its --json report."""
-    r = subprocess.run([sys.executable, "-m", "mtpforge", *args, "--json"], capture_output=True, text=True)
+    """The real CLI (argument parsing, the command, its rendering) in this process; its --json
+    report. Not a second interpreter a cell: importing MLX there cost more than a tiny add-mtp
+    (the command line as a user types it is tests/test_add_mtp.py's subject)."""
+    code, out, err, exc = cli_in_process([*args, "--json"], 600)
     try:
-        report = json.loads(r.stdout) if r.stdout.strip() else {}
+        report = json.loads(out) if out.strip() else {}
     except json.JSONDecodeError:
         report = {}
-    report["_exit"] = r.returncode
-    if r.returncode not in (0, 1):
-        report.setdefault("error", {"message": (r.stderr or r.stdout)[-800:]})
+    report["_exit"] = code
+    if code not in (0, 1):
+        report.setdefault("error", {"message": (f"{exc!r} " if exc else "") + (err or out)[-800:]})
     return report
 
 
