@@ -34,7 +34,7 @@ from .options import AddOptions
 from .passes.quantize import QSpec
 from .plan import Plan, build_plan, check_compatible, fetch_list, load_notes, resolve_write, source_bytes
 from .runtimes import RUNTIMES, OutputFormat
-from .source import open_source, planned_requests, read_source, reader, source_fingerprint
+from .source import SourceBytes, open_source, planned_requests, read_source, source_fingerprint
 from .progress import Progress
 from .results import AddResult, DryRunFacts
 from .writer.lock import folder_lock
@@ -362,8 +362,12 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
     verb = "reading" if plan.source.local else "fetching"  # a local source is read in place
     prog.step(f"{verb} {len(plan.to_fetch)} MTP tensors ({human_bytes(source_bytes(list(plan.to_fetch)))}) from the source")
     store = plan.source.store or open_source(plan.options.source, plan.options.revision)
-    read, result.fetched_bytes, result.fetch_mode = reader(store, list(plan.to_fetch), plan.options.fetch, progress)
-    _write(plan, ex, read, result, prog)
+    src = SourceBytes(store, list(plan.to_fetch), plan.options.fetch)
+    try:
+        _write(plan, ex, src.read, result, prog)
+        result.fetched_bytes, result.fetch_mode = src.finish()
+    finally:
+        src.close()
     prog.done(f"added the MTP head to {plan.dest} ({plan.head.layout} layout)")
     return result
 

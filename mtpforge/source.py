@@ -16,7 +16,6 @@ from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.store import LocalStore, Store
-from .convert import Reader
 from .errors import InputError, RefusedError
 from .families.detect import detect_family
 from .layouts.detect import is_raw_hf
@@ -102,16 +101,24 @@ def source_fingerprint(sizes: Mapping[str, int], entries: Mapping[str, TensorInf
 
 # ----------------------------------------------------------------------------- fetch
 
-def reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) -> tuple[Reader, int, str]:
-    """A reader over the source tensors, fetching remote bytes first (once, cached)."""
-    if isinstance(store, LocalStore):
-        return (lambda info, a, b: store.read_range(info.file, info.begin + a, info.begin + b)), 0, "local"
-    from .checkpoint.fetch import fetch_tensors
+class SourceBytes:
+    """The source tensors' bytes for a conversion: read in place from a local folder, or from
+    a Hub repo as they arrive (``checkpoint.fetch.BackgroundFetch``: the conversion starts with
+    the first run downloaded). ``finish`` gives what the fetch did once every read is done;
+    ``close`` stops a fetch the conversion no longer waits for (its error, Ctrl-C)."""
 
-    res = fetch_tensors(store, infos, mode=mode, progress=progress)
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+        self._store = store
+        self._fetch = None
+        if not isinstance(store, LocalStore):
+            from .checkpoint.fetch import BackgroundFetch
 
-    def read(info: TensorInfo, a: int, b: int) -> bytes:
-        path, off, n = res.locate(info.name)
+            self._fetch = BackgroundFetch(store, infos, mode)
+
+    def read(self, info: TensorInfo, a: int, b: int) -> bytes:
+        if self._fetch is None:
+            return self._store.read_range(info.file, info.begin + a, info.begin + b)
+        path, off, n = self._fetch.locate(info.name)
         with open(path, "rb") as f:
             f.seek(off + a)
             data = f.read(b - a)
@@ -119,7 +126,16 @@ def reader(store: Store, infos: list[TensorInfo], mode: str, progress: bool) -> 
             raise RefusedError(f"cached bytes of {info.name} are truncated", "re-run; the cache entry will be fetched again")
         return data
 
-    return read, res.fetched_bytes, res.mode
+    def finish(self) -> tuple[int, str]:
+        """(bytes downloaded, how: ``local``, ``cached``, ``ranges``, ``shards``, ``ranges+shards``)."""
+        if self._fetch is None:
+            return 0, "local"
+        res = self._fetch.result()
+        return res.fetched_bytes, res.mode
+
+    def close(self) -> None:
+        if self._fetch is not None:
+            self._fetch.close()
 
 
 def planned_requests(infos: list[TensorInfo]) -> int:

@@ -365,3 +365,53 @@ def test_runs_cover_every_tensor_within_the_slack(infos):
         mine = sorted((r.start, r.end) for r in runs if r.file == f)
         # disjoint and never touching: touching spans always share one request
         assert all(a[1] < b[0] for a, b in zip(mine, mine[1:])), mine
+
+
+def test_a_background_fetch_downloads_next_what_the_conversion_waits_for(hub, tmp_path):
+    """The conversion reads while the fetch downloads (checkpoint.fetch.BackgroundFetch): asked
+    first for the tensor of the last shard, the fetch takes that shard's run first (or next,
+    behind a first run already on its way, slowed down here), not in file order; every tensor is
+    read whole and the result counts each byte once."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "four"
+    folder.mkdir()
+    names = {f"w{i}": f"model-0000{i + 1}-of-00004.safetensors" for i in range(4)}
+    for i, (name, shard) in enumerate(names.items()):
+        save_file({name: np.full((256, 1024), i, np.float32)}, str(folder / shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": names}))
+    (folder / "config.json").write_text("{}")
+    repo, _ = hub.publish(folder)
+    hub.fault("slow", repo=repo, files=names["w0"], delay=1.0)
+    code = (
+        "import json, sys\n"
+        "import numpy as np\n"
+        "from mtpforge.checkpoint.catalogue import load_catalogue\n"
+        "from mtpforge.checkpoint.fetch import BackgroundFetch\n"
+        "from mtpforge.checkpoint.hub import open_store\n"
+        "store = open_store(sys.argv[1])\n"
+        "cat = load_catalogue(store)\n"
+        "infos = [cat.tensors[f'w{i}'] for i in range(4)]\n"
+        "bg = BackgroundFetch(store, infos, 'ranges')\n"
+        "seen = []\n"
+        "for i in (3, 0, 1, 2):\n"
+        "    path, off, n = bg.locate(f'w{i}')\n"
+        "    with open(path, 'rb') as f:\n"
+        "        f.seek(off)\n"
+        "        seen.append(float(np.frombuffer(f.read(n), np.float32).mean()))\n"
+        "res = bg.result()\n"
+        "bg.close()\n"
+        "print(json.dumps({'seen': seen, 'fetched': res.fetched_bytes, 'mode': res.mode}))\n")
+    hub.server.clear_log()
+    p = subprocess.run([sys.executable, "-c", code, repo], env=hub.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["seen"] == [3.0, 0.0, 1.0, 2.0] and out["mode"] == "ranges"
+    assert out["fetched"] == hub.tensor_bytes(repo) == 4 * 256 * 1024 * 4
+    order = [e.file for e in hub.log(repo) if e.file in names.values() and e.tensor_bytes]
+    # first, or second behind a first run begun before the read asked (slow, so it cannot be more)
+    assert sorted(order) == sorted(names.values()) and order.index(names["w3"]) <= 1, order

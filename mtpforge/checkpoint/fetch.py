@@ -23,13 +23,14 @@ import functools
 import os
 import re
 import struct
+import threading
 import time
 import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import quote
 
 import httpx2
@@ -187,13 +188,17 @@ def _settle_run(tmp: Path, dest: Path, run: Run) -> None:
             tmp.unlink()
 
 
-def _fetch_runs(store: HubStore, cache: RangeCache, runs: list[Run], advance) -> Iterator[tuple[Run, Path, int]]:
+def _fetch_runs(store: HubStore, cache: RangeCache, runs: list[Run], advance,
+                next_run: Callable[[list[Run]], int] | None = None) -> Iterator[tuple[Run, Path, int]]:
     """Each run downloaded and settled (``_settle_run`` one run behind the download), yielded
-    once it is in the cache. A failure stops the downloads; the runs already downloaded are still
-    settled, for the next try to reuse."""
+    once it is in the cache; ``next_run`` picks which of the runs left goes next (default: in
+    order). A failure stops the downloads; the runs already downloaded are still settled, for
+    the next try to reuse."""
+    left = list(runs)
     with ThreadPoolExecutor(1, thread_name_prefix="mtpforge-settle") as settle:
         pending: deque[tuple[Run, Path, int, Future[None]]] = deque()
-        for run in runs:
+        while left:
+            run = left.pop(next_run(left) if next_run is not None else 0)
             dest = cache.path(run)
             with hub_errors(store.repo_id, store.commit):
                 tmp, received = _download_run(store, run, dest, advance)
@@ -250,8 +255,17 @@ def _download_shard(store: HubStore, file: str, advance) -> str:
     raise AssertionError("unreachable")
 
 
-def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool = True) -> FetchResult:
-    """Make the bytes of ``infos`` available locally; see the module docstring."""
+class FetchCancelled(Exception):
+    """The conversion reading a background fetch stopped (an error of its own, Ctrl-C)."""
+
+
+def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool = True,
+                  on_ready: Callable[[str, tuple[str, int, int]], None] | None = None,
+                  cancel: threading.Event | None = None, wanted: Callable[[], str | None] | None = None) -> FetchResult:
+    """Make the bytes of ``infos`` available locally; see the module docstring. ``on_ready(name,
+    where)`` is told of each tensor the moment its bytes are on disk, ``cancel`` stops the
+    downloads at their next chunk, and ``wanted()`` names the tensor a reader waits for, whose
+    run is downloaded next (:class:`BackgroundFetch`)."""
     if mode not in MODES:
         raise InputError(f"--fetch must be one of {', '.join(MODES)}, not {mode!r}", "use --fetch auto")
     if not isinstance(store, HubStore):
@@ -259,6 +273,9 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     prog = Progress(enabled=progress)
     unique = list({i.name: i for i in infos}.values())
     res = FetchResult(mode="cached", fetched_bytes=0)
+    if on_ready is not None:
+        res.where = _Announced(on_ready)
+    advancing = prog.bytes_bar if cancel is None else _cancellable(prog.bytes_bar, cancel)
 
     # 1. what earlier runs left: cached runs, then whole shards in the HF cache
     cache = RangeCache(store.repo_id, store.commit)
@@ -287,8 +304,8 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     if mode in ("auto", "ranges"):
         runs = plan_runs(missing)
         try:
-            with prog.bytes_bar("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
-                for run, dest, received in _fetch_runs(store, cache, runs, advance):
+            with advancing("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
+                for run, dest, received in _fetch_runs(store, cache, runs, advance, _by_want(missing, wanted)):
                     res.fetched_bytes += received
                     res.requests += 1
                     res.mode = "ranges"
@@ -304,7 +321,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
 
     # 3. whole shards (asked for, or the server ignores Range)
     files = sorted({i.file for i in missing})
-    with prog.bytes_bar(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
+    with advancing(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
         for f in files:
             path = _download_shard(store, f, advance)
             if os.path.getsize(path) != store.size(f):
@@ -319,4 +336,113 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     return res
 
 
-__all__ = ["FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "SLACK"]
+class _Announced(dict):  # type: ignore[type-arg]
+    """``FetchResult.where`` that tells ``on_ready`` of every tensor as it is located."""
+
+    def __init__(self, on_ready: Callable[[str, tuple[str, int, int]], None]) -> None:
+        super().__init__()
+        self._on_ready = on_ready
+
+    def __setitem__(self, name: str, where: tuple[str, int, int]) -> None:
+        super().__setitem__(name, where)
+        self._on_ready(name, where)
+
+
+def _cancellable(bar: Callable[[str, int], Any], cancel: threading.Event) -> Callable[[str, int], Any]:
+    """A progress bar whose every advance raises :class:`FetchCancelled` once ``cancel`` is set:
+    the download stops at its next chunk (a run's temporary file is removed as on any error)."""
+
+    @contextlib.contextmanager
+    def bytes_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+        with bar(label, total) as advance:
+            def checked(n: int) -> None:
+                if cancel.is_set():
+                    raise FetchCancelled()
+                advance(n)
+            yield checked
+
+    return bytes_bar
+
+
+def _by_want(missing: list[TensorInfo], wanted: Callable[[], str | None] | None) -> Callable[[list[Run]], int] | None:
+    """The next run: the one holding the tensor a reader waits for, else the first left."""
+    if wanted is None:
+        return None
+    spans = {i.name: (i.file, i.begin, i.end) for i in missing}
+
+    def pick(left: list[Run]) -> int:
+        name = wanted()
+        if name in spans:
+            f, a, b = spans[name]
+            for k, run in enumerate(left):
+                if run.file == f and run.start <= a and b <= run.end:
+                    return k
+        return 0
+
+    return pick
+
+
+class BackgroundFetch:
+    """``fetch_tensors`` in a thread of its own while the conversion reads: a tensor is read as
+    soon as the run holding it is in the cache, and the run a read waits for is downloaded next,
+    so the download and the conversion overlap (one after the other, the download was a third of
+    a giant head's time from the Hub). An error of the fetch is raised at the read that waits
+    for it (the same error the fetch would have raised before); ``close`` stops the downloads."""
+
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+        self._where: dict[str, tuple[str, int, int]] = {}
+        self._cv = threading.Condition()
+        self._error: BaseException | None = None
+        self._result: FetchResult | None = None
+        self._waiting: str | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(store, infos, mode), name="mtpforge-fetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+        try:
+            res = fetch_tensors(store, infos, mode=mode, progress=False, on_ready=self._ready, cancel=self._cancel,
+                                wanted=lambda: self._waiting)
+        except BaseException as e:  # raised in the reader, where the command handles it
+            with self._cv:
+                self._error = e
+                self._cv.notify_all()
+        else:
+            with self._cv:
+                self._result = res
+                self._cv.notify_all()
+
+    def _ready(self, name: str, where: tuple[str, int, int]) -> None:
+        with self._cv:
+            self._where[name] = where
+            self._cv.notify_all()
+
+    def locate(self, name: str) -> tuple[str, int, int]:
+        """Where the tensor's bytes are, once they are (waits for them)."""
+        with self._cv:
+            while name not in self._where:
+                if self._error is not None:
+                    raise self._error
+                if self._result is not None:
+                    raise RefusedError(f"tensor {name} was not fetched", "re-run; report it if it repeats")
+                self._waiting = name
+                self._cv.wait(0.2)  # a timeout: a Ctrl-C reaches this thread between waits
+            return self._where[name]
+
+    def result(self) -> FetchResult:
+        """The fetch's result, once every read is done (waits for the downloads to end)."""
+        with self._cv:
+            while self._result is None and self._error is None:
+                self._cv.wait(0.2)
+            if self._error is not None:
+                raise self._error
+            assert self._result is not None
+            return self._result
+
+    def close(self) -> None:
+        """Stop the downloads (a finished fetch has nothing left to stop)."""
+        self._cancel.set()
+        self._thread.join(timeout=5)
+
+
+__all__ = ["BackgroundFetch", "FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "SLACK"]

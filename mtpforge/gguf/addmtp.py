@@ -211,7 +211,7 @@ def _execute_locked(g: "GgufAddPlan", progress: bool) -> AddResult:
         g.report["notes"].append(f"{g.dest.name} already holds this head (written for another quantization of the model; "
                                  f"the head does not depend on the trunk's type): its record now names {g.trunk.name} too")
         return _result(g.report)
-    _write(g, g.source_name, g.fetch, progress, Progress(enabled=progress))
+    _write(g, g.source_name, g.fetch, Progress(enabled=progress))
     return _result(g.report)
 
 
@@ -332,13 +332,21 @@ def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, outpu
     return dest, carried
 
 
-def _write(g: GgufAddPlan, source: str, fetch: str, progress: bool, prog: Progress) -> None:
-    from ..source import reader
+def _write(g: GgufAddPlan, source: str, fetch: str, prog: Progress) -> None:
+    from ..source import SourceBytes
 
-    trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
     prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
-    read, fetched, mode = reader(src.store, g.to_fetch, fetch, progress)
+    source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch)
+    try:
+        _write_from(g, source, source_bytes.read, prog)
+        fetched, mode = source_bytes.finish()
+    finally:
+        source_bytes.close()
     g.report.update(fetched_bytes=fetched, fetch_mode=mode)
+
+
+def _write_from(g: GgufAddPlan, source: str, read: Any, prog: Progress) -> None:
+    trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
     out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in g.carried]
     out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]
     prec = g.report["precision"]
