@@ -318,6 +318,8 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=5)
     ap.add_argument("--only", nargs="*", choices=[f"{f}-{p}" for f, p in RUNS], help="runs (default: all)")
     ap.add_argument("--local", action="store_true", help="also convert from the source folder (no hub): fetch vs conversion")
+    ap.add_argument("--link", type=float, default=None, metavar="MB/S",
+                    help="pace the hub's answers to this many MB a second (a real link; default: loopback speed)")
     ap.add_argument("--keep-source", action="store_true", help="keep the generated source (default: delete it after)")
     ap.add_argument("--name", default=None, help="result file name (default: giant, or giant-quick)")
     a = ap.parse_args()
@@ -329,7 +331,7 @@ def main() -> None:
     print(f"idle interpreter: {C.mib(idle_rss):.0f} MiB; free disk {shutil.disk_usage(C.workdir('giant')).free / 1e9:.1f} GB", flush=True)
     rows: list[dict[str, Any]] = []
     scratch = C.workdir("giant") / "scratch"
-    with HubServer() as server:
+    with HubServer(rate=a.link * 1e6 if a.link else None) as server:
         for E in a.experts:
             t0 = time.perf_counter()
             src, cfg = build_source(E, dims, a.vocab, a.intermediate, a.shards)
@@ -383,7 +385,7 @@ def main() -> None:
           "wall <= 1.3 cp+fsync": all(r["wall_vs_cp_fsync"] <= 1.3 for r in rows)}
     print("\n" + "; ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in ok.items()))
     path = C.write_result(a.name or ("giant-quick" if a.quick else "giant"), {
-        "dims": dims, "vocab": a.vocab, "intermediate": a.intermediate, "shards": a.shards, "idle_rss_bytes": idle_rss,
+        "dims": dims, "link_mb_s": a.link, "vocab": a.vocab, "intermediate": a.intermediate, "shards": a.shards, "idle_rss_bytes": idle_rss,
         "idle_samples": idle, "rows": rows, "targets": ok, "markdown": C.markdown_table(headers, trows)})
     print(f"wrote {path}")
 

@@ -186,8 +186,11 @@ class _Server(ThreadingHTTPServer):
 class HubServer:
     """A threaded hub-compatible server bound to 127.0.0.1 (free port unless given)."""
 
-    def __init__(self, *, port: int = 0, token: str | None = None, log_file: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, *, port: int = 0, token: str | None = None, log_file: str | os.PathLike[str] | None = None,
+                 rate: float | None = None) -> None:
         self.token = token
+        #: bytes a second each file answer is paced to (a link's speed; None: as fast as loopback)
+        self.rate = rate
         self.repos: dict[str, _Repo] = {}
         self.faults: list[Fault] = []
         self.log: list[LogEntry] = []
@@ -493,7 +496,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "drop":
             send_n = int(n * fault.fraction)
+        t0, paced = time.monotonic(), 0
         for off, chunk in _read(f.path, first, send_n):
+            if self.hub.rate:  # the link's speed: this chunk leaves no sooner than the rate allows
+                paced += len(chunk)
+                time.sleep(max(0.0, t0 + paced / self.hub.rate - time.monotonic()))
             self.wfile.write(chunk)
             entry.sent += len(chunk)
             if f.data_start is not None:
