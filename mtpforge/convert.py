@@ -20,7 +20,7 @@ import numpy as np
 
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes
-from .headplan import block_scale, decode, read_scale, row_blocks
+from .headplan import Reader, block_scale, decode, read_scale, row_blocks
 from .passes.norms import add_offset
 from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
@@ -30,8 +30,6 @@ from .writer.safetensors_stream import SafetensorsWriter
 #: output float dtype -> the safetensors dtype whose bytes pass through unchanged
 _ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
-#: read(info, start, end) -> bytes within one source tensor
-Reader = Callable[[TensorInfo, int, int], bytes]
 
 
 #: MLX evaluates on one thread at a time; the numpy work around it runs on every core

@@ -25,6 +25,9 @@ from .passes.experts import FUSED_OF, expert_span, parse_expert_key, stack_roles
 from .passes.fp8 import BLOCK as FP8_BLOCK
 from .passes.fp8 import TP_RANKS, dequantize_block_fp8, dequantize_by_rank, e8m0_to_float, encode_block_fp8, rank_count
 
+#: read(info, start, end) -> bytes within one source tensor (both emitters read the source so)
+Reader = Callable[[TensorInfo, int, int], bytes]
+
 #: the suffix a block-FP8 weight's scale tensor carries (DeepSeek-V3, Qwen: F32 ``weight_scale_inv``)
 SCALE_SUFFIX = "_scale_inv"
 

@@ -16,11 +16,11 @@ from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
 from .checkpoint.safetensors_header import TensorInfo, read_local_header
 from .checkpoint.store import LocalStore, Store
-from .convert import Reader, scan_head, write_plan
+from .convert import scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families import FAMILIES
-from .headplan import mtp_layer_count, precision_note
+from .headplan import Reader, mtp_layer_count, precision_note
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults

@@ -35,7 +35,7 @@ from ..options import AddOptions
 from ..progress import Progress
 from ..results import AddResult, DryRunFacts
 from .gguffile import GgufFile, read_local
-from .head import FILE_TYPES, HeadTensor, is_quantized, parse_precision, plan_head, tensor_chunks
+from .head import FILE_TYPES, HeadTensor, Reader, is_quantized, parse_precision, plan_head, tensor_chunks
 from .meta import drafter_kv, mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
@@ -345,7 +345,7 @@ def _write(g: GgufAddPlan, source: str, fetch: str, prog: Progress) -> None:
     g.report.update(fetched_bytes=fetched, fetch_mode=mode)
 
 
-def _write_from(g: GgufAddPlan, source: str, read: Any, prog: Progress) -> None:
+def _write_from(g: GgufAddPlan, source: str, read: Reader, prog: Progress) -> None:
     trunk, src, dest, n_trunk, n_mtp = g.trunk, g.src, g.dest, g.trunk.block_count, g.src.n_layers
     out = [OutTensor(t.name, t.type, t.shape, t.nbytes, copy_chunks(trunk, t)) for t in g.carried]
     out += [OutTensor(t.name, t.type, t.shape, t.nbytes, tensor_chunks(t, src.entries, read)) for t in g.plan]

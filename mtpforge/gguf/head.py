@@ -24,7 +24,7 @@ from ..checkpoint.safetensors_header import TensorInfo
 from ..errors import RefusedError
 from ..families.spec import FamilySpec, Role
 from ..families.tables import dims, family_spec
-from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, SliceRef, block_scale, decode, head_parts,
+from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, Reader, SliceRef, block_scale, decode, head_parts,
                         parse_precision as _parse_precision, rank_sharded, read_scale, row_blocks, scale_of)
 from ..passes.fp8 import E8M0_NAN, repack_mxfp4
 from ..passes.mla import SPLITS, split_part
@@ -49,8 +49,6 @@ FILE_TYPES: dict[str, int] = {
     "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
 }
 
-#: read(info, start, end) -> bytes within one source tensor
-Reader = Callable[[TensorInfo, int, int], bytes]
 
 
 @dataclass
