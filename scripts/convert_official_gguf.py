@@ -28,16 +28,14 @@ from pathlib import Path
 
 
 def _patch(pre: str | None, raw_config: bool) -> None:
-    """Declare the pre-tokenizer (``pre``) and read config.json as stored (``raw_config``), or
-    leave the converter's own behaviour: the originals are kept the first time."""
+    """Declare the pre-tokenizer (``pre``) and read config.json as stored (``raw_config``); once
+    a process (``--serve`` patches each job's own forked child)."""
     from conversion import base  # llama.cpp's converter package, from the tree
 
-    orig = _ORIGINALS.setdefault("base", (base.TextModel.get_vocab_base_pre, base.AutoConfig))
-    base.TextModel.get_vocab_base_pre = (lambda self, tokenizer: pre) if pre else orig[0]  # type: ignore[method-assign]
-    base.AutoConfig = _RawConfig if raw_config else orig[1]  # type: ignore[attr-defined,misc]
-
-
-_ORIGINALS: dict[str, tuple[object, object]] = {}
+    if pre:
+        base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre  # type: ignore[method-assign]
+    if raw_config:
+        base.AutoConfig = _RawConfig  # type: ignore[attr-defined,misc]
 
 
 class _RawConfig:

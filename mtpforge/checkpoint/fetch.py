@@ -59,13 +59,6 @@ class FetchResult:
     where: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     requests: int = 0
 
-    def locate(self, name: str) -> tuple[str, int, int]:
-        """(local file, byte offset of the tensor in it, its byte count)."""
-        try:
-            return self.where[name]
-        except KeyError:
-            raise RefusedError(f"tensor {name} was not fetched", "re-run; report it if it repeats") from None
-
 
 @dataclass(frozen=True)
 class Run:
