@@ -172,7 +172,8 @@ def peak_memory_estimate(slices: Iterable[SliceRef], overhead: int = 0) -> int:
 
 
 def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None, *,
-           check: bool = True, encode: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+           check: bool = True, encode: Callable[[np.ndarray], np.ndarray] | None = None,
+           lookup: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None) -> np.ndarray:
     """One slice (or row block) of a source tensor as float32, block-FP8 dequantized — refused
     when it holds NaN or Inf (``check``): quantization or a cast would launder them into
     finite-looking bytes, so every tensor either format writes passes here. numpy throughout: a
@@ -180,13 +181,16 @@ def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarr
 
     ``encode``, a cast applied value by value (the writer's float encoding), returns the encoded
     values instead: a block-FP8 source then goes through ``encode_block_fp8``'s lookup, the
-    same bits in a fraction of the time (a giant head's conversion was mostly that cast)."""
+    same bits in a fraction of the time (a giant head's conversion was mostly that cast).
+    ``lookup`` is that shortcut for an ``encode`` that is not value by value (ggml's Q8_0 groups:
+    ``passes.fp8.q8_0_block_fp8``), the same bits as ``encode`` of the decoded values, or None
+    where it declines."""
     if info.dtype == "F8_E4M3":
         if scale is None:
             raise RefusedError(f"source tensor {info.name} is FP8 without a block scale (weight_scale_inv)",
                                "use the bf16 release of the model as --source")
         codes = np.frombuffer(raw, np.uint8).reshape(shape)
-        looked_up = encode_block_fp8(codes, scale, encode or _as_float32)
+        looked_up = lookup(codes, scale) if lookup else encode_block_fp8(codes, scale, encode or _as_float32)
         if looked_up is not None:
             return looked_up
         w = dequantize_block_fp8(codes, scale)

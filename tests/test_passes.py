@@ -206,6 +206,46 @@ def test_block_fp8_looked_up_in_a_cast_equals_the_cast_of_its_dequantization(enc
         decode(info, codes.tobytes(), codes.shape, scale, encode=encode)
 
 
+def test_block_fp8_looked_up_into_q8_0_equals_gguf_py_quantizing_its_dequantization() -> None:
+    """q8_0_block_fp8 (each group's int8 codes looked up by its largest code and each value's
+    code) writes gguf-py's Q8_0 bytes of the dequantized matrix: random codes, scales from zero
+    through subnormal-making to large and negative, a group of zeros (a zero Q8_0 scale), weights
+    as a release's (every group's largest code differs); it declines where the lookup cannot be
+    exact, and decode's exact path then refuses a NaN code."""
+    import gguf
+
+    from mtpforge.checkpoint.safetensors_header import TensorInfo
+    from mtpforge.errors import RefusedError
+    from mtpforge.headplan import decode
+    from mtpforge.passes.fp8 import E4M3_TO_F32, q8_0_block_fp8
+
+    def q8_0(a: np.ndarray) -> np.ndarray:
+        return gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+
+    rng = np.random.default_rng(11)
+    for rows, cols in ((256, 384), (128, 128 * 9)):
+        codes = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+        codes[(codes & 0x7F) == 0x7F] = 0x7E
+        codes[5, 32:64] = rng.choice([0x00, 0x80], 32)  # a group of (signed) zeros
+        scale = rng.uniform(1e-6, 1e2, (rows // 128, cols // 128)).astype(np.float32)
+        scale.flat[:4] = [0.0, 1e-38, -3.5, 2.0 ** 10]
+        got = q8_0_block_fp8(codes, scale)
+        assert got is not None and np.array_equal(got, q8_0(dequantize_block_fp8(codes, scale)))
+    # a release's weights: N(0, 1) scaled to each block's largest value, rounded to E4M3
+    w = rng.standard_normal((256, 512)).astype(np.float32)
+    scale = np.abs(w.reshape(2, 128, 4, 128)).max(axis=(1, 3)) / 448
+    x = np.abs(w.reshape(2, 128, 4, 128) / scale[:, None, :, None]).reshape(w.shape)
+    codes = np.abs(x[..., None] - E4M3_TO_F32[None, None, :0x7F]).argmin(-1).astype(np.uint8) | ((w < 0) << 7).astype(np.uint8)
+    assert np.array_equal(q8_0_block_fp8(codes, scale), q8_0(dequantize_block_fp8(codes, scale)))
+    assert q8_0_block_fp8(codes[:, :200], scale[:, :1]) is None  # not whole blocks
+    assert q8_0_block_fp8(codes, np.full_like(scale, np.inf)) is None
+    codes[3, 5] = 0x7F
+    assert q8_0_block_fp8(codes, scale) is None
+    info = TensorInfo("mtp.w", "f", "F8_E4M3", codes.shape, 0, codes.nbytes)
+    with pytest.raises(RefusedError, match="NaN or Inf"):
+        decode(info, codes.tobytes(), codes.shape, scale, encode=q8_0, lookup=q8_0_block_fp8)
+
+
 def test_kv_b_proj_splits_per_head_into_the_absorbed_key_and_value_matrices():
     """llama.cpp's converter views kv_b_proj [n·(d_nope+d_v), r_kv] per head, keeps the first
     d_nope rows as the key part (transposed: [n, r_kv, d_nope]) and the rest as the value part

@@ -26,7 +26,7 @@ from ..families.spec import FamilySpec, Role
 from ..families.tables import dims, family_spec
 from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, Reader, SliceRef, block_scale, decode, head_parts,
                         parse_precision as _parse_precision, rank_sharded, read_scale, row_blocks, scale_of)
-from ..passes.fp8 import E8M0_NAN, repack_mxfp4
+from ..passes.fp8 import E8M0_NAN, q8_0_block_fp8, repack_mxfp4
 from ..passes.mla import SPLITS, split_part
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
@@ -36,6 +36,9 @@ from .names import expert_name, family_names, gguf_name, keeps_f32, split_names
 Q = gguf.GGMLQuantizationType
 #: the ggml types gguf-py encodes value by value (a cast), not in blocks
 FLOAT_TYPES = frozenset({Q.F32, Q.F16, Q.BF16})
+#: block types converted from block-FP8 codes by a lookup of their own, the bytes gguf-py's
+#: quantizer writes (``passes/fp8.py``)
+FP8_LOOKUPS = {Q.Q8_0: q8_0_block_fp8}
 
 
 #: --precision values -> ggml type of the head's matrices (norms and routers stay F32)
@@ -207,10 +210,11 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
         return _side_by_side_chunks(t, entries, read)
 
     def convert(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None) -> memoryview:
-        if t.type in FLOAT_TYPES and t.decoder is None and not t.offset and t.transform is None:
-            # a float type is a cast value by value: decoded straight into it (one lookup a value
-            # for a block-FP8 source, the same bits)
-            return _bytes_of(decode(info, raw, shape, scale, encode=partial(gguf.quants.quantize, qtype=t.type)))
+        if (t.type in FLOAT_TYPES or t.type in FP8_LOOKUPS) and t.decoder is None and not t.offset and t.transform is None:
+            # a float type is a cast value by value, Q8_0 a lookup per group's largest code:
+            # decoded straight into it (for a block-FP8 source, the same bits in one pass)
+            return _bytes_of(decode(info, raw, shape, scale, encode=partial(gguf.quants.quantize, qtype=t.type),
+                                    lookup=FP8_LOOKUPS.get(t.type)))
         w = (t.decoder or decode)(info, raw, shape, scale)
         if t.offset:
             w = np.asarray(add_offset(w, t.offset))

@@ -60,6 +60,22 @@ def dequantize_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = 
 _NAN_CODES = np.array([0x7F, 0xFF])
 
 
+def _block_values(codes: np.ndarray, scale_inv: np.ndarray, block: int, nan_codes: bool = True) -> np.ndarray | None:
+    """Every block's 256 possible values [row blocks, column blocks, 256] (float32, ``fp8 *
+    scale`` as ``dequantize_block_fp8`` computes it), or None where a lookup does not apply: a
+    shape not in whole blocks, a NaN code used (``nan_codes``: a caller that sees every code's
+    magnitude anyway checks it there, saving a pass), a block whose values overflow."""
+    rows, cols = codes.shape
+    if rows % block or cols % block or scale_inv.shape != (rows // block, cols // block):
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):  # a damaged scale: declined just below
+        values = E4M3_TO_F32[None, None, :] * np.asarray(scale_inv, np.float32)[:, :, None]
+    values[:, :, _NAN_CODES] = 0.0  # never looked up once no NaN code is used (checked below)
+    if not np.isfinite(values).all() or (nan_codes and (np.bitwise_or(codes, 0x80) == 0xFF).any()):
+        return None
+    return values
+
+
 def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[[np.ndarray], np.ndarray],
                      block: int = BLOCK) -> np.ndarray | None:
     """``encode(fp8 * scale)`` of every value by one lookup a value: a 128x128 block holds at most
@@ -70,14 +86,10 @@ def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[
 
     None where the lookup does not apply and the caller takes the exact path (which refuses what
     is not finite): a shape not in whole blocks, a NaN code used, a block whose values overflow."""
+    values = _block_values(codes, scale_inv, block)
+    if values is None:
+        return None
     rows, cols = codes.shape
-    if rows % block or cols % block or scale_inv.shape != (rows // block, cols // block):
-        return None
-    with np.errstate(over="ignore", invalid="ignore"):  # a damaged scale: declined just below
-        values = E4M3_TO_F32[None, None, :] * np.asarray(scale_inv, np.float32)[:, :, None]
-    values[:, :, _NAN_CODES] = 0.0  # never looked up once no NaN code is used (checked below)
-    if not np.isfinite(values).all() or (np.bitwise_or(codes, 0x80) == 0xFF).any():
-        return None
     table = np.ascontiguousarray(encode(values))
     width = table.nbytes // values.size  # bytes a value (gguf-py hands bfloat16 back as bytes)
     bits = table.view(np.uint8).reshape(-1, width).view(f"u{width}").reshape(rows // block, -1)
@@ -89,6 +101,55 @@ def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[
         np.take(bits[i], codes[band].reshape(block, per_block, block) + offsets,
                 out=out[band].reshape(block, per_block, block))
     return out.view(table.dtype) if table.dtype.itemsize == width else out.view(table.dtype).reshape(rows, -1)
+
+
+#: values a ggml Q8_0 block holds (one float16 scale, then 32 int8 codes)
+Q8_0_GROUP = 32
+_Q8_0_BYTES = 2 + Q8_0_GROUP
+#: distinct E4M3 magnitudes (the code without its sign bit)
+_MAGNITUDES = 128
+
+
+def q8_0_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = BLOCK) -> np.ndarray | None:
+    """ggml Q8_0 rows [rows, cols / 32 * 34] of ``fp8 * scale`` by lookup: the same bytes as
+    gguf-py's ``quantize(dequantize_block_fp8(...), Q8_0)``, which took most of a block-FP8 head's
+    conversion to q8_0 (a dozen float32 passes a value).
+
+    A Q8_0 group's scale is its largest magnitude over 127, and E4M3 magnitudes order as their
+    7 low bits, so the largest value's code is a byte maximum; within one 128x128 source block a
+    group's int8 codes then depend only on (that code, the value's code), so each pair of block
+    and largest code that occurs gets its 256 int8 codes computed once — gguf-py's own arithmetic
+    (``np_roundf(x * (1 / d))`` in float32) on the 256 values — and the codes index them. None
+    where ``_block_values`` declines (the exact path then decodes and refuses what is not finite)."""
+    from gguf.quants import np_roundf
+
+    values = _block_values(codes, scale_inv, block, nan_codes=False)
+    if values is None:
+        return None
+    rows, cols = codes.shape
+    groups, per_block = cols // Q8_0_GROUP, cols // block
+    column_block = (np.arange(groups, dtype=np.int32) // (block // Q8_0_GROUP)) * _MAGNITUDES
+    out = np.empty((rows, groups, _Q8_0_BYTES), np.uint8)
+    for i in range(rows // block):
+        band = codes[i * block:(i + 1) * block].reshape(block, groups, Q8_0_GROUP)
+        top = np.bitwise_and(band, 0x7F).max(axis=-1)  # [block, groups]: the largest magnitude's code
+        if (top == 0x7F).any():
+            return None  # a NaN code
+        key = column_block + top
+        present = np.zeros(per_block * _MAGNITUDES, bool)
+        present[key] = True
+        pairs = np.flatnonzero(present)
+        at = values[i][pairs // _MAGNITUDES]  # [pairs, 256]
+        amax = np.abs(at[np.arange(pairs.size), pairs % _MAGNITUDES])[:, None]
+        d = amax / 127
+        with np.errstate(divide="ignore"):
+            inv = np.where(d == 0, 0, 1 / d)
+        table = np_roundf(at * inv).astype(np.int8).view(np.uint8)
+        row = (np.cumsum(present, dtype=np.int32) - 1)[key]  # [block, groups]: the pair's table row
+        target = out[i * block:(i + 1) * block]
+        target[:, :, :2] = d.astype(np.float16).view(np.uint8)[row]
+        target[:, :, 2:] = np.take(table.reshape(-1), (row * 256)[..., None] + band, mode="clip")
+    return out.reshape(rows, groups * _Q8_0_BYTES)
 
 
 #: tensor-parallel rank counts a rank-sharded block-FP8 release may be stored over, tried most
