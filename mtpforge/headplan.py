@@ -11,6 +11,8 @@ and write what it plans, so a check added here holds for both formats.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional
 
@@ -255,9 +257,10 @@ def read_scale(src: str, entries: Mapping[str, TensorInfo], read: Callable[[Tens
 BLOCK_BYTES = 4 << 20
 
 
-def row_blocks(s: SliceRef, info: TensorInfo) -> int:
+def row_blocks(s: SliceRef, info: TensorInfo, unit: int = 1) -> int:
     """Equal row blocks of slice ``s`` (a divisor of its row count), each at most BLOCK_BYTES of
-    float32 work per source byte as a bf16 source has it. A block-FP8 slice is split only when it
+    float32 work per source byte as a bf16 source has it, and each of whole ``unit``s of rows (a
+    transform's: the heads a split acts on one by one). A block-FP8 slice is split only when it
     is its whole tensor and each block holds whole 128-row scale blocks (``block_scale``)."""
     nbytes, shape = s.end - s.start, s.shape
     fp8 = info.dtype == "F8_E4M3"
@@ -267,13 +270,13 @@ def row_blocks(s: SliceRef, info: TensorInfo) -> int:
         return 1
     if fp8 and (s.start != 0 or s.end != info.nbytes or tuple(shape) != tuple(info.shape)):
         return 1
-    rows = shape[0]
-    for k in range(2, rows + 1):
-        if rows % k == 0 and nbytes // k <= BLOCK_BYTES and (not fp8 or (rows // k) % FP8_BLOCK == 0):
+    rows, step = shape[0], math.lcm(FP8_BLOCK if fp8 else 1, unit)
+    if rows % step:
+        return 1
+    for k in range(2, rows // step + 1):
+        if rows % k == 0 and nbytes // k <= BLOCK_BYTES and (rows // k) % step == 0:
             return k
-    if fp8:
-        return 1 if rows % FP8_BLOCK else rows // FP8_BLOCK
-    return rows
+    return rows // step
 
 
 def block_scale(scale: np.ndarray | None, j: int, k: int, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -362,7 +362,7 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
     verb = "reading" if plan.source.local else "fetching"  # a local source is read in place
     prog.step(f"{verb} {len(plan.to_fetch)} MTP tensors ({human_bytes(source_bytes(list(plan.to_fetch)))}) from the source")
     store = plan.source.store or open_source(plan.options.source, plan.options.revision)
-    src = SourceBytes(store, list(plan.to_fetch), plan.options.fetch)
+    src = SourceBytes(store, list(plan.to_fetch), plan.options.fetch, prog)
     try:
         _write(plan, ex, src.read, result, prog)
         result.fetched_bytes, result.fetch_mode = src.finish()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable, Iterator
 
 from rich.console import Console
@@ -10,9 +11,17 @@ from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, T
 
 
 class Progress:
+    """Steps, done lines and byte bars of one command. Bars open at the same time (a Hub source's
+    download in its own thread beside the conversion that reads it) share one live display, one
+    line each: rich allows one live display at a time, and a conversion bar alone would sit at
+    zero while the download it waits for made progress nobody saw."""
+
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.console = Console(stderr=True)
+        self._lock = threading.Lock()
+        self._live: RichProgress | None = None
+        self._bars = 0
 
     def step(self, text: str) -> None:
         from .interrupts import check
@@ -30,10 +39,23 @@ class Progress:
         if not self.enabled or not self.console.is_terminal:  # a log gets no bar (rich leaves a blank line there)
             yield lambda n: None
             return
-        cols = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-        with RichProgress(*cols, console=self.console, transient=True) as p:
-            task = p.add_task(label, total=total)
-            yield lambda n: p.advance(task, n)
+        with self._lock:
+            if self._live is None:
+                cols = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeRemainingColumn())
+                self._live = RichProgress(*cols, console=self.console, transient=True)
+                self._live.start()
+            live, self._bars = self._live, self._bars + 1
+            task = live.add_task(label, total=total)
+        try:
+            yield lambda n: live.advance(task, n)
+        finally:
+            with self._lock:
+                live.remove_task(task)
+                self._bars -= 1
+                if not self._bars:
+                    live.stop()
+                    self._live = None
 
 
 class TqdmBridge:

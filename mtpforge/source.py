@@ -19,6 +19,7 @@ from .checkpoint.store import LocalStore, Store
 from .errors import InputError, RefusedError
 from .families.detect import detect_family
 from .layouts.detect import is_raw_hf
+from .progress import Progress
 
 
 def open_source(source: str, revision: str | None) -> Store:
@@ -105,15 +106,16 @@ class SourceBytes:
     """The source tensors' bytes for a conversion: read in place from a local folder, or from
     a Hub repo as they arrive (``checkpoint.fetch.BackgroundFetch``: the conversion starts with
     the first run downloaded). ``finish`` gives what the fetch did once every read is done;
-    ``close`` stops a fetch the conversion no longer waits for (its error, Ctrl-C)."""
+    ``close`` stops a fetch the conversion no longer waits for (its error, Ctrl-C). The download's
+    bar joins the command's ``progress`` display, beside the conversion's."""
 
-    def __init__(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None) -> None:
         self._store = store
         self._fetch = None
         if not isinstance(store, LocalStore):
             from .checkpoint.fetch import BackgroundFetch
 
-            self._fetch = BackgroundFetch(store, infos, mode)
+            self._fetch = BackgroundFetch(store, infos, mode, progress)
 
     def read(self, info: TensorInfo, a: int, b: int) -> bytes:
         if self._fetch is None:

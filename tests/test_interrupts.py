@@ -34,12 +34,15 @@ def clean(raw: bytes) -> str:
 
 
 def drive(args: list[str], cwd: Path, *, stage: str | None = None, delay: float = 0.0,
-          timeout: float = 600) -> Run:
+          timeout: float = 600, hub: str | None = None) -> Run:
     """Run ``mtpforge ARGS`` on a pseudo-terminal; once ``stage`` was printed (or at once),
     wait ``delay`` seconds and press Ctrl-C. A stage is words no path holds (the test's own
-    folder is named after its parameters: "decoding" alone is found in the first path printed)."""
+    folder is named after its parameters: "decoding" alone is found in the first path printed).
+    Offline, unless ``hub`` names an endpoint to download from."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf-home"),
            "COLUMNS": "120", "NO_COLOR": "1", "TMPDIR": str(cwd / "tmp")}
+    if hub:
+        env.update(HF_HUB_OFFLINE="0", HF_ENDPOINT=hub, HF_HUB_DISABLE_TELEMETRY="1", HF_TOKEN="")
     (cwd / "tmp").mkdir(exist_ok=True)
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own with the pty as its terminal
@@ -200,6 +203,39 @@ def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> 
         assert rc == 0 and (tgt / "mtpforge.json").is_file(), text[-3000:]
     else:
         assert "committed" in line and (tgt / "mtpforge.json").is_file(), line
+
+
+def test_ctrl_c_while_a_hub_source_downloads_behind_the_conversion(tmp_path: Path, make_hf, make_target) -> None:
+    """add-mtp from the Hub converts while a thread of its own downloads the head (a link paced
+    so that the download takes seconds), its bar beside the conversion's: Ctrl-C in the middle of
+    the download stops both — exit 130, one line, no traceback nor a thread's "Exception
+    ignored", the target as it was — and the re-run the line advises completes, from what the
+    download had kept, with the same head as an uninterrupted run from the source folder."""
+    from mtpforge.checkpoint.catalogue import load_catalogue
+    from mtpforge.checkpoint.store import LocalStore
+    from tests.support.synth.hub_server import HubServer
+
+    src, tgt, plain = make_hf("qwen3_5"), make_target("qwen3_5"), make_target("qwen3_5")
+    before = state(tgt)
+    head = sum(t.nbytes for k, t in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp."))
+    args = ["add-mtp", "--source", "org/paced", "--target", str(tgt), "--fetch", "ranges"]
+    with HubServer(rate=head / 6) as server:  # the head's bytes take ~6 s
+        server.publish("org/paced", src)
+        # the download's bar shows beside the conversion's (which waits for it at zero)
+        run = drive(args, tmp_path, stage="downloading MTP tensors", delay=1.0, hub=server.endpoint)
+        sent_at_exit = server.sent_bytes("org/paced")
+        line = interrupted_line(run.rc, run.text)
+        assert "left as it was" in line and "re-run" in line, line
+        assert state(tgt) == before
+        assert 0 < server.tensor_bytes("org/paced") < head, "the press did not come during the download"
+        time.sleep(0.5)
+        assert server.sent_bytes("org/paced") == sent_at_exit  # nothing downloads after the exit
+        rc, text, _ = drive(args, tmp_path, stage="no such stage", hub=server.endpoint)
+    assert rc == 0 and (tgt / "mtpforge.json").is_file(), text[-3000:]
+    rc, text, _ = drive(["add-mtp", "--source", str(src), "--target", str(plain)], tmp_path, stage="no such stage")
+    assert rc == 0, text[-3000:]
+    mtp = sorted(p.name for p in tgt.iterdir() if "mtp" in p.name and p.suffix == ".safetensors")
+    assert mtp and all((tgt / n).read_bytes() == (plain / n).read_bytes() for n in mtp), mtp
 
 
 @pytest.mark.parametrize("stage", ["loading the backbone", "decoding 1 prompt"])

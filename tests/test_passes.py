@@ -171,6 +171,39 @@ def test_a_large_block_fp8_tensor_converts_in_row_blocks_to_the_same_bytes():
     assert row_blocks(SliceRef("w", 0, len(raw) + cols, (rows + 1, cols)), odd) == 1
 
 
+@pytest.mark.parametrize("precision", ["f16", "q8_0"])
+def test_a_large_block_fp8_kv_b_proj_splits_head_block_by_head_block_to_the_same_bytes(precision: str) -> None:
+    """The GGUF split of MLA's kv_b_proj (attn_k_b, attn_v_b) acts head by head, so a large one
+    converts in row blocks of whole heads and whole 128-row scale blocks — the bytes of splitting
+    the whole matrix — instead of holding the whole float32 matrix and its parts at once (the
+    fixed part of a giant head's peak memory)."""
+    from mtpforge.checkpoint.safetensors_header import TensorInfo
+    from mtpforge.families.spec import Role
+    from mtpforge.gguf.head import PRECISIONS, HeadTensor, encoded, tensor_chunks
+    from mtpforge.headplan import BLOCK_BYTES, SliceRef, row_blocks
+    from mtpforge.passes.mla import split_part, split_unit
+
+    d = {"NH": 32, "NOPE": 128, "VD": 128, "RKV": 512}
+    rows, cols = d["NH"] * (d["NOPE"] + d["VD"]), d["RKV"]
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 0x7F, (rows, cols), dtype=np.uint8) | (rng.integers(0, 2, (rows, cols), dtype=np.uint8) << 7)
+    scale = rng.uniform(1e-4, 1e-2, (rows // 128, cols // 128)).astype(np.float32)
+    blobs = {"kv": codes.tobytes(), "kv_scale_inv": scale.tobytes()}
+    entries = {"kv": TensorInfo("kv", "f", "F8_E4M3", (rows, cols), 0, codes.nbytes),
+               "kv_scale_inv": TensorInfo("kv_scale_inv", "f", "F32", scale.shape, 0, scale.nbytes)}
+    whole = SliceRef("kv", 0, codes.nbytes, (rows, cols))
+    unit = split_unit(Role.KV_B_PROJ, d)
+    k = row_blocks(whole, entries["kv"], unit)
+    assert k > 1 and (rows // k) % 256 == 0 and 2 * codes.nbytes // k <= BLOCK_BYTES
+    for j, shape in enumerate([(d["NH"], d["RKV"], d["NOPE"]), (d["NH"], d["VD"], d["RKV"])]):
+        t = HeadTensor(f"part{j}", PRECISIONS[precision], shape, [whole], 0.0, split_part(Role.KV_B_PROJ, j, d),
+                       transform_unit=unit)
+        chunks = list(tensor_chunks(t, entries, lambda info, a, b: blobs[info.name][a:b])())
+        assert len(chunks) == k
+        want = encoded(split_part(Role.KV_B_PROJ, j, d)(dequantize_block_fp8(codes, scale)), PRECISIONS[precision])
+        assert b"".join(bytes(c) for c in chunks) == bytes(want)
+
+
 @pytest.mark.parametrize("encoding", ["float32", "float16", "bfloat16", "gguf-bf16"])
 def test_block_fp8_looked_up_in_a_cast_equals_the_cast_of_its_dequantization(encoding: str) -> None:
     """encode_block_fp8: each block's 256 values cast once, the codes looking them up, is the

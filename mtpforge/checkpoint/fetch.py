@@ -252,18 +252,19 @@ class FetchCancelled(Exception):
     """The conversion reading a background fetch stopped (an error of its own, Ctrl-C)."""
 
 
-def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool = True,
+def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool | Progress = True,
                   on_ready: Callable[[str, tuple[str, int, int]], None] | None = None,
                   cancel: threading.Event | None = None, wanted: Callable[[], str | None] | None = None) -> FetchResult:
     """Make the bytes of ``infos`` available locally; see the module docstring. ``on_ready(name,
     where)`` is told of each tensor the moment its bytes are on disk, ``cancel`` stops the
     downloads at their next chunk, and ``wanted()`` names the tensor a reader waits for, whose
-    run is downloaded next (:class:`BackgroundFetch`)."""
+    run is downloaded next (:class:`BackgroundFetch`). ``progress`` may be the command's own,
+    whose display the download's bar then shares."""
     if mode not in MODES:
         raise InputError(f"--fetch must be one of {', '.join(MODES)}, not {mode!r}", "use --fetch auto")
     if not isinstance(store, HubStore):
         raise InputError(f"{store.name} is not a Hub repo", "local sources are read in place")
-    prog = Progress(enabled=progress)
+    prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     unique = list({i.name: i for i in infos}.values())
     res = FetchResult(mode="cached", fetched_bytes=0)
     if on_ready is not None:
@@ -382,19 +383,20 @@ class BackgroundFetch:
     a giant head's time from the Hub). An error of the fetch is raised at the read that waits
     for it (the same error the fetch would have raised before); ``close`` stops the downloads."""
 
-    def __init__(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None) -> None:
         self._where: dict[str, tuple[str, int, int]] = {}
         self._cv = threading.Condition()
         self._error: BaseException | None = None
         self._result: FetchResult | None = None
         self._waiting: str | None = None
         self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(store, infos, mode), name="mtpforge-fetch", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(store, infos, mode, progress or False),
+                                        name="mtpforge-fetch", daemon=True)
         self._thread.start()
 
-    def _run(self, store: Store, infos: list[TensorInfo], mode: str) -> None:
+    def _run(self, store: Store, infos: list[TensorInfo], mode: str, progress: bool | Progress) -> None:
         try:
-            res = fetch_tensors(store, infos, mode=mode, progress=False, on_ready=self._ready, cancel=self._cancel,
+            res = fetch_tensors(store, infos, mode=mode, progress=progress, on_ready=self._ready, cancel=self._cancel,
                                 wanted=lambda: self._waiting)
         except BaseException as e:  # raised in the reader, where the command handles it
             with self._cv:

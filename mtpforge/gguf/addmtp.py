@@ -336,7 +336,7 @@ def _write(g: GgufAddPlan, source: str, fetch: str, prog: Progress) -> None:
     from ..source import SourceBytes
 
     prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
-    source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch)
+    source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch, prog)
     try:
         _write_from(g, source, source_bytes.read, prog)
         fetched, mode = source_bytes.finish()

@@ -27,7 +27,7 @@ from ..families.tables import dims, family_spec
 from ..headplan import (GGUF_DEFAULT_PRECISION, GGUF_PRECISIONS, HeadPart, Reader, SliceRef, block_scale, decode, head_parts,
                         parse_precision as _parse_precision, rank_sharded, read_scale, row_blocks, scale_of)
 from ..passes.fp8 import E8M0_NAN, q8_0_block_fp8, repack_mxfp4
-from ..passes.mla import SPLITS, split_part
+from ..passes.mla import SPLITS, split_part, split_unit
 from ..passes.norms import add_offset
 from ..passes.rope import qk_permutation
 from ..writer.ahead import in_order
@@ -65,6 +65,9 @@ class HeadTensor:
     #: float32 source tensor -> this tensor's values, for a part of a tensor the converter splits
     #: or a tensor whose rows it reorders
     transform: Callable[[np.ndarray], np.ndarray] | None = None
+    #: rows the transform acts on one unit at a time (a split's heads), so row blocks of whole
+    #: units convert alone; 0: it needs the whole tensor (a rope permutation)
+    transform_unit: int = 0
     #: the slices are parts lying side by side (columns after columns: ``FamilySpec.gguf_fused_columns``)
     side_by_side: bool = False
     #: the source's own decode where ``headplan.decode`` reads it wrong (a rank-sharded FP8
@@ -187,7 +190,7 @@ def _split(p: HeadPart, n_trunk: int, spec: FamilySpec, dm: Mapping[str, int], p
         assert p.role is not None
         shape = tuple(dm[s] for s in dict(SPLITS[p.role].parts)[part])
         out.append(HeadTensor(name, _type_for(name, shape, precision), shape, list(p.slices), 0.0,
-                              split_part(p.role, j, dm)))
+                              split_part(p.role, j, dm), transform_unit=split_unit(p.role, dm)))
     return out
 
 
@@ -227,8 +230,10 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             info = entries[s.src]
             scale = read_scale(s.src, entries, read)
             # one row block at a time (headplan.row_blocks: the same bytes, a bounded float32
-            # step); a transform (q/k rope permutation) or a decoder of its own needs the whole matrix
-            k = row_blocks(s, info) if t.transform is None and t.decoder is None else 1
+            # step) — of whole heads for a split; a q/k rope permutation or a decoder of its own
+            # needs the whole matrix
+            k = 1 if t.decoder is not None or (t.transform is not None and not t.transform_unit) else \
+                row_blocks(s, info, t.transform_unit or 1)
             step = (s.end - s.start) // k
             shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
             for j in range(k):

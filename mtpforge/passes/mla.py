@@ -45,6 +45,11 @@ class Split:
 
     parts: tuple[tuple[Role, Shape], ...]
     fn: Callable[..., tuple[Any, ...]]
+    #: the source's rows come in units, ``count`` of them (a head each), each of the ``rows``
+    #: symbols' rows, split unit by unit: a block of whole units splits into the parts' rows of
+    #: those units, so a large tensor converts a row block at a time
+    count: str = "NH"
+    rows: tuple[str, ...] = ("NOPE", "VD")
 
 
 #: source role -> how llama.cpp's converter and mlx-lm's sanitize split it
@@ -54,9 +59,15 @@ SPLITS: dict[Role, Split] = {
 
 
 def split_part(role: Role, index: int, d: Mapping[str, int]) -> Callable[[np.ndarray], np.ndarray]:
-    """The transform that turns the source tensor of ``role`` into its ``index``-th part."""
-    fn = SPLITS[role].fn
-    return lambda w: fn(w, d)[index]
+    """The transform that turns the source tensor of ``role`` — or a block of its whole units
+    (``split_unit``) — into its ``index``-th part (of those units)."""
+    sp, unit = SPLITS[role], split_unit(role, d)
+    return lambda w: sp.fn(w, {**d, sp.count: w.shape[0] // unit})[index]
+
+
+def split_unit(role: Role, d: Mapping[str, int]) -> int:
+    """Rows of one unit of the source tensor of ``role``: row blocks of whole units split alone."""
+    return sum(d[s] for s in SPLITS[role].rows)
 
 
 def _layer_dims(spec: FamilySpec, args: Any) -> dict[str, int]:
