@@ -13,6 +13,8 @@ their defaults (mlx's CPU BLAS, Linux x86-64; same seed, BLAS and thread count: 
                                                         # MTP layers (layer 0 fed the pre-norm state)
     python scripts/train_tiny_family.py step3p5         # head-gated attention, MoE trunk, one appended
                                                         # dense sliding-window MTP layer
+    python scripts/train_tiny_family.py bailing_moe_v3  # Ling-3: KDA + gated-MLA/MoE trunk, one
+                                                        # gated-MLA + MoE MTP block
 
 GLM-4.5's model has its own settings: scripts/train_tiny_glm.py.
 """
@@ -37,6 +39,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "nemotron_h": ("train_nemotron_h", {}),
     "mimo_v2_flash": ("train_mimo_v2_flash", {}),
     "step3p5": ("train_step3p5", {}),
+    "bailing_moe_v3": ("train_bailing_moe_v3", {}),
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .glm4_moe import EXPERT_ROWS
 from .glm4_moe_lite import GGUF_DIM_KEYS as MLA_GGUF_DIM_KEYS, mla_dims
-from .spec import FamilySpec, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
+from .spec import FamilySpec, MlxBackbone, Role, Row, Topology, backbone_marker, mlx_lm_class, mlx_lm_model
 
 HEAD_ROWS = (
     Row(Role.FC, "eh_proj.weight", ("H", "2H")),
@@ -81,6 +81,8 @@ BAILING_MOE_V3 = FamilySpec(
     mlx_lm_classes=mlx_lm_model("bailing_moe_v3"),
     lm_module_path=(),
     head_layer=mlx_lm_class("bailing_moe_v3", "BailingDecoderLayer"),
+    # mlx-lm's model keeps the embedding as the release names it
+    mlx_backbone=MlxBackbone(embed="word_embeddings"),
     dim_keys=DIM_KEYS,
     gguf_arch="bailingmoe3",
     # gguf-py 0.19 (the newest release) predates bailingmoe3; its DeepSeek-2 list spells the

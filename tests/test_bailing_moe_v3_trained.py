@@ -1,0 +1,54 @@
+"""A trained Ling-3-shaped head, judged by llama.cpp: acceptance that tells a working head.
+
+On random weights (tests/test_bailing_moe_v3_gguf.py) llama-server accepts ~0% of the drafts.
+``tests/data/tiny-bailing_moe_v3-trained`` (``scripts/train_tiny_family.py bailing_moe_v3``: the
+trunk — a KDA layer, a gated-MLA + MoE layer — trained as a language model, the MTP block as the
+next-next-token predictor on the trunk's post-norm hidden state, as bailingmoe3.cpp feeds it)
+drafts well: on the converter's ``--no-mtp`` f32 and Q4_K_M trunks, mtpforge's default (f16) MTP
+file decodes exactly as plain, and llama-server drafts and accepts exactly as with the
+converter's own f16 ``--mtp`` export beside the same trunk (figures in docs/families/bailing_moe_v3.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import gguf_env
+from tests.gguf_env import mtpforge, official
+
+pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
+MODEL = Path(__file__).resolve().parent / "data" / "tiny-bailing_moe_v3-trained"
+PRE = "qwen35"  # the converter's pre-tokenizer for the synthetic byte-level vocabulary
+#: measured well above this on both trunks (docs/families/bailing_moe_v3.md); random weights accept ~0%
+ACCEPTANCE_FLOOR = 0.5
+
+
+def test_the_committed_model_is_ling_3_shaped_and_small() -> None:
+    cfg = json.loads((MODEL / "config.json").read_text())
+    assert cfg["model_type"] == "bailing_moe_v3" and cfg["num_nextn_predict_layers"] == 1 and cfg["layer_group_size"] == 2
+    keys = json.loads((MODEL / "model.safetensors.index.json").read_text())["weight_map"]
+    assert {"model.layers.0.attention.q_conv1d.weight", "model.layers.2.attention.kv_b_proj.weight",
+            "model.layers.2.final_layernorm.weight", "model.layers.2.mlp.experts.3.down_proj.weight"} <= set(keys)
+    assert sum(p.stat().st_size for p in MODEL.iterdir()) <= 3 * 2**20
+
+
+@pytest.mark.parametrize("qtype", ["f32", "Q4_K_M"])
+def test_our_head_decodes_as_plain_and_drafts_as_the_converters(qtype: str, tmp_path: Path) -> None:
+    gguf_env.need("server")
+    p = official(MODEL, "trunk", "f32", pre=PRE)
+    if qtype != "f32":
+        p = gguf_env.quantized(p, qtype)
+    trunk = Path(shutil.copyfile(p, tmp_path / f"trained-{qtype}.gguf"))
+    r = mtpforge("add-mtp", "--source", str(MODEL), "--target", str(trunk), "--json")
+    assert r.returncode == 0, r.stderr
+    plain = gguf_env.measure(trunk)
+    ours = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+    theirs = gguf_env.measure(trunk, draft=gguf_env.graft(official(MODEL, "mtp", "f16", pre=PRE), trunk,
+                                                          tmp_path / "official" / "mtp-official.gguf"))
+    assert ours["tokens"] == plain["tokens"]
+    assert ours["drafted"] > 300 and ours["acceptance"] >= ACCEPTANCE_FLOOR, ours["acceptance"]
+    assert (ours["drafted"], ours["accepted"]) == (theirs["drafted"], theirs["accepted"])
