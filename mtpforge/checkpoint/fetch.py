@@ -267,27 +267,17 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     unique = list({i.name: i for i in infos}.values())
     res = FetchResult(mode="cached", fetched_bytes=0)
-    if on_ready is not None:
-        res.where = _Announced(on_ready)
+
+    def located(name: str, where: tuple[str, int, int]) -> None:
+        res.where[name] = where
+        if on_ready is not None:
+            on_ready(name, where)
+
     advancing = prog.bytes_bar if cancel is None else _cancellable(prog.bytes_bar, cancel)
 
     # 1. what earlier runs left: cached runs, then whole shards in the HF cache
     cache = RangeCache(store.repo_id, store.commit)
-    runs_on_disk = {f: cache.runs(f) for f in {i.file for i in unique}}
-    missing = []
-    for i in unique:
-        hit = cache.find(i, runs_on_disk[i.file])
-        if hit is not None:
-            res.where[i.name] = hit
-        else:
-            missing.append(i)
-    for f in sorted({i.file for i in missing}):
-        shard = _cached_shard(store, f)
-        if shard is not None:
-            for i in missing:
-                if i.file == f:
-                    res.where[i.name] = (shard, i.begin, i.nbytes)
-    missing = [i for i in missing if i.name not in res.where]
+    missing = _left_by_earlier_runs(store, cache, unique, located)
     if not missing:
         return res
     if store.offline:
@@ -305,7 +295,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
                     res.mode = "ranges"
                     for i in missing:
                         if i.file == run.file and run.start <= i.begin and i.end <= run.end:
-                            res.where[i.name] = (str(dest), i.begin - run.start, i.nbytes)
+                            located(i.name, (str(dest), i.begin - run.start, i.nbytes))
         except RangeIgnoredError:
             if mode == "ranges":
                 raise
@@ -325,21 +315,32 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
             res.requests += 1
             for i in missing:
                 if i.file == f:
-                    res.where[i.name] = (path, i.begin, i.nbytes)
+                    located(i.name, (path, i.begin, i.nbytes))
     res.mode = "ranges+shards" if res.mode == "ranges" else "shards"
     return res
 
 
-class _Announced(dict):  # type: ignore[type-arg]
-    """``FetchResult.where`` that tells ``on_ready`` of every tensor as it is located."""
-
-    def __init__(self, on_ready: Callable[[str, tuple[str, int, int]], None]) -> None:
-        super().__init__()
-        self._on_ready = on_ready
-
-    def __setitem__(self, name: str, where: tuple[str, int, int]) -> None:
-        super().__setitem__(name, where)
-        self._on_ready(name, where)
+def _left_by_earlier_runs(store: HubStore, cache: RangeCache, infos: list[TensorInfo],
+                          located: Callable[[str, tuple[str, int, int]], None]) -> list[TensorInfo]:
+    """Locates what earlier runs left (cached runs, then whole shards in the HF cache); returns
+    the tensors still to download."""
+    runs_on_disk = {f: cache.runs(f) for f in {i.file for i in infos}}
+    missing = []
+    for i in infos:
+        hit = cache.find(i, runs_on_disk[i.file])
+        if hit is not None:
+            located(i.name, hit)
+        else:
+            missing.append(i)
+    found = set()
+    for f in sorted({i.file for i in missing}):
+        shard = _cached_shard(store, f)
+        if shard is not None:
+            for i in missing:
+                if i.file == f:
+                    located(i.name, (shard, i.begin, i.nbytes))
+                    found.add(i.name)
+    return [i for i in missing if i.name not in found]
 
 
 def _cancellable(bar: Callable[[str, int], Any], cancel: threading.Event) -> Callable[[str, int], Any]:
