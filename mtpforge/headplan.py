@@ -11,6 +11,7 @@ and write what it plans, so a check added here holds for both formats.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from dataclasses import dataclass
@@ -162,15 +163,25 @@ def fetch_list(slices: Iterable[SliceRef], entries: Mapping[str, TensorInfo]) ->
     return [entries[k] for k in sorted(keys)]
 
 
-def peak_memory_estimate(slices: Iterable[SliceRef], overhead: int = 0) -> int:
-    """Largest slice in float32, times the few copies one conversion step holds."""
-    biggest = 0
-    for s in slices:
-        n = 1
-        for d in s.shape:
-            n *= d
-        biggest = max(biggest, n * 4)
-    return 4 * biggest + overhead
+#: conversion steps held at once: writer.ahead's most threads (4) and the step the writer waits on
+STEPS_AT_ONCE = 5
+#: float32-sized buffers one step holds at its peak: the decoded values, a transient, the output
+STEP_COPIES = 3
+
+
+def step_bytes(s: SliceRef, info: TensorInfo, unit: int | None = 1) -> int:
+    """float32 bytes of the largest conversion step of slice ``s``: one row block of whole
+    ``unit``s (``row_blocks``), or the whole slice where its conversion needs it (``unit`` None:
+    a rope permutation, a decoder of its own)."""
+    n = math.prod(s.shape)
+    return n // (1 if unit is None else row_blocks(s, info, unit)) * 4
+
+
+def peak_memory_estimate(steps: Iterable[int], overhead: int = 0) -> int:
+    """The conversion's memory at its largest: the ``STEPS_AT_ONCE`` largest steps
+    (``step_bytes``), ``STEP_COPIES`` buffers each. Row blocks bound a step, so a giant head's
+    estimate is flat in its size as its measured peak is (docs/PERFORMANCE.md)."""
+    return STEP_COPIES * sum(heapq.nlargest(STEPS_AT_ONCE, steps)) + overhead
 
 
 def decode(info: TensorInfo, raw: bytes, shape: tuple[int, ...], scale: np.ndarray | None, *,
@@ -350,4 +361,4 @@ def parse_precision(precision: str | int | None, *, gguf: bool = False) -> str |
 
 
 __all__ = ["is_scale", "scale_of", "FIT_DIMS", "HeadPart", "SliceRef", "decode", "fetch_list", "head_parts", "mtp_layer_count",
-           "parse_precision", "precision_note", "peak_memory_estimate", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]
+           "parse_precision", "precision_note", "peak_memory_estimate", "step_bytes", "read_scale", "refuse_misfit", "refuse_nonfinite", "source_expert_slices"]

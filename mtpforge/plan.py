@@ -16,7 +16,7 @@ from .families import FAMILIES
 from .families.spec import STACKED, UNCAST_ROLES, FamilySpec
 from .families.tables import dims, expected_head, expert_format_of, family_spec, is_moe
 from .headplan import (HeadPart, SliceRef, is_scale, scale_of, fetch_list as _fetch_slices, head_parts, parse_precision as _parse_precision,
-                       peak_memory_estimate as _peak, refuse_misfit)
+                       peak_memory_estimate as _peak, refuse_misfit, step_bytes)
 from .inputs.model_config import as_config
 from .layouts.spec import Placement
 from .layouts.table import GGUF_LAYOUT_NAMES, LAYOUT_NAMES, LAYOUTS, loads_in_mlx_lm_glob, placement
@@ -95,8 +95,10 @@ class Plan:
                 out[self.placement.module_path(m.bare)] = m.q.as_config()
         return out
 
-    def peak_memory_estimate(self) -> int:
-        return _peak(s for m in self.modules for s in m.slices)
+    def peak_memory_estimate(self, entries: Mapping[str, TensorInfo]) -> int:
+        """As ``convert`` steps through the modules: a transformed one whole, the rest in row blocks."""
+        return _peak(step_bytes(s, entries[s.src], None if m.transform is not None else 1)
+                     for m in self.modules for s in m.slices)
 
 
 def resolve_layout(layout: str, family: str) -> str:

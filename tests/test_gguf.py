@@ -274,6 +274,35 @@ def test_inspect_hub_gguf_repo_reads_headers_only(hub, tmp_path: Path) -> None:
     assert "MTP_SHAPE_MISMATCH" in _codes(rep)  # the dense MTP file sits beside the MoE trunk too
 
 
+def test_inspect_hub_repo_of_split_ggufs_reads_each_as_one_file(hub, tmp_path: Path) -> None:
+    """A Hub repo of a large model holds its GGUFs in parts (Q4_K_M/<name>-00001-of-00009.gguf):
+    inspect joins each set's headers into one trunk, named by its first part, so a trunk whose
+    NextN tail lies in its last part is found with its head (not every part without one), a
+    head-less one gets one MTP_HEAD_MISSING, and a set lacking a part is one CORRUPT_FILE."""
+    from tests.gguf_env import convert
+
+    folder = tmp_path / "repo"
+    for sub, mode in (("with-head", []), ("no-head", ["--no-mtp"]), ("short", ["--no-mtp"])):
+        (folder / sub).mkdir(parents=True)
+        rc, log = convert(MODELS["dense"], folder / sub / "Tiny-F32.gguf", "f32", [*mode, "--split-max-tensors", "12"],
+                          pre="qwen35")
+        assert rc == 0, log[-2000:]
+    short = sorted((folder / "short").glob("*.gguf"))
+    short[1].unlink()
+    repo, _ = hub.publish(folder)
+    r = hub.run("inspect", repo)
+    assert "Traceback" not in r.stderr, r.stderr
+    rep = r.json
+    assert rep["headers_only"] and hub.tensor_bytes(repo) == 0
+    by = {f["file"]: f for f in rep["files"]}
+    first = lambda sub: next(f for f in by if f.startswith(sub + "/") and "-00001-of-" in f)  # noqa: E731
+    assert sorted(by) == sorted([first("with-head"), first("no-head")]), by
+    assert by[first("with-head")]["layout"] == "gguf-tail" and by[first("no-head")]["layout"] == "none"
+    assert [x["code"] for x in rep["findings"]].count("MTP_HEAD_MISSING") == 1
+    corrupt = [x for x in rep["findings"] if x["code"] == "CORRUPT_FILE"]
+    assert len(corrupt) == 1 and "short/" in corrupt[0]["message"], rep["findings"]
+
+
 def test_verify_without_llama_cpp_is_one_clear_line(tmp_path: Path) -> None:
     """A trunk with its head, nothing wrong with the file: the missing llama-server is the one
     line (verify reads the GGUF first, so a head-less trunk would be refused for that instead)."""

@@ -154,3 +154,44 @@ def test_gguf_recipe_runs_end_to_end(tmp_path: Path) -> None:
     assert rep["check_results"] == {"inspect": "passed", "verify": "passed"}
     assert rep["steps"]["verify"]["identical"] is True and rep["steps"]["verify"]["acceptance"] >= 0.6
     assert (trunk.parent / "mtp-Tiny-Qwen3_5-F16.gguf").is_file()
+
+
+def test_a_split_trunk_gets_the_head_its_whole_trunk_gets(tmp_path: Path) -> None:
+    """A 300 GB+ model's GGUF is published in parts (gguf-split, the converter's
+    ``--split-max-*``). Given any part, add-mtp writes byte for byte the MTP-only file it writes
+    for the same trunk whole (no ``split.*`` keys: llama-server refused an MTP file carrying the
+    trunk's as a draft, "invalid split file name", and the trunk's output norm lies in its last
+    part); llama-server drafts with it beside the parts with output identical to plain and the
+    whole trunk's counts; inspect, verify and remove-mtp take any part; a missing part is one line."""
+    from tests.gguf_env import convert
+
+    folder = tmp_path / "split"
+    folder.mkdir()
+    rc, log = convert(MODELS["dense"], folder / "Tiny-F32.gguf", "f32", ["--no-mtp", "--split-max-tensors", "12"],
+                      pre="qwen35")
+    assert rc == 0, log[-2000:]
+    parts = sorted(folder.glob("Tiny-F32-*-of-*.gguf"))
+    assert len(parts) >= 3, parts
+    whole = trunk_copy(MODELS["dense"], tmp_path / "whole")
+    outs = []
+    for trunk in (parts[1], whole):
+        r = mtpforge("add-mtp", "--source", str(MODELS["dense"]), "--target", str(trunk), "--json")
+        assert r.returncode == 0, r.stderr
+        outs.append(Path(json.loads(r.stdout)["output"]))
+    assert outs[0].parent == folder and outs[0].name == outs[1].name and sha256(outs[0]) == sha256(outs[1])
+
+    plain, spec, spec_whole = measure(parts[0]), measure(parts[0], draft=outs[0]), measure(whole, draft=outs[1])
+    assert spec["tokens"] == plain["tokens"] and spec["drafted"] > 500
+    assert (spec["drafted"], spec["accepted"]) == (spec_whole["drafted"], spec_whole["accepted"])
+
+    r = mtpforge("inspect", str(parts[-1]), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["layout"] == "gguf-mtp", r.stdout + r.stderr
+    r = mtpforge("verify", str(parts[2]), "--json", "--llama-server", str(BIN / "llama-server"))
+    assert r.returncode == 0 and json.loads(r.stdout)["identical"] is True, r.stderr
+    r = mtpforge("remove-mtp", str(parts[2]))
+    assert r.returncode == 0 and not outs[0].exists(), r.stderr
+
+    parts[-1].rename(tmp_path / parts[-1].name)
+    r = mtpforge("add-mtp", "--source", str(MODELS["dense"]), "--target", str(parts[0]))
+    assert r.returncode == 2 and r.stderr.count("error:") == 1 and parts[-1].name in r.stderr and "Traceback" not in r.stderr
+    assert sorted(folder.iterdir()) == parts[:-1]

@@ -30,7 +30,7 @@ from ..families.tables import dims
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..model_card import CARD, card_beside, write_atomic
-from ..headplan import fetch_list, peak_memory_estimate
+from ..headplan import fetch_list, peak_memory_estimate, step_bytes
 from ..options import AddOptions
 from ..progress import Progress
 from ..results import AddResult, DryRunFacts
@@ -72,17 +72,11 @@ def trunk_fingerprint(g: GgufFile) -> dict[str, Any]:
     h = hashlib.sha256()
     with open(g.path, "rb") as f:
         h.update(f.read(g.data_offset))
-        for n in SHARED_TENSORS:
-            t = g.tensors.get(n)
-            if t is not None:
-                f.seek(t.offset)
-                left = t.nbytes
-                while left:
-                    b = f.read(min(left, 8 << 20))
-                    if not b:
-                        break
-                    h.update(b)
-                    left -= len(b)
+    for n in SHARED_TENSORS:
+        t = g.tensors.get(n)
+        if t is not None:
+            for b in copy_chunks(g, t)():
+                h.update(b)
     return {"file": g.path.name, "size": g.size, "header_and_shared_sha256": h.hexdigest()}
 
 
@@ -192,7 +186,8 @@ def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> AddResult:
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
                         fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
                         fetch_requests=None if g.src.local else planned_requests(g.to_fetch),
-                        peak_memory_estimate=peak_memory_estimate((s for t in g.plan for s in t.slices), 8 << 20),
+                        peak_memory_estimate=peak_memory_estimate(
+                            (step_bytes(s, g.src.entries[s.src], t.row_unit) for t in g.plan for s in t.slices), 8 << 20),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
         return _result(g.report)
     with folder_lock(g.dest.parent):  # one run per target folder: the head, its record and the card

@@ -71,8 +71,7 @@ def tensor_is_finite(path: Path, t: GgufTensor) -> bool:
 
 def nonfinite_tensors(g: GgufFile, names: Iterable[str]) -> list[str]:
     """The named tensors of ``g`` holding NaN or Inf, in name order."""
-    assert g.path is not None
-    return [n for n in sorted(names) if not tensor_is_finite(g.path, g.tensors[n])]
+    return [n for n in sorted(names) if not tensor_is_finite(g.file_of(g.tensors[n]), g.tensors[n])]
 
 
 __all__ = ["nonfinite_tensors", "tensor_is_finite"]

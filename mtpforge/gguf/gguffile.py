@@ -10,8 +10,10 @@ parses as if it were the whole file.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,8 @@ class GgufTensor:
     shape: tuple[int, ...]  # numpy order (slowest axis first), as gguf-py writes it
     offset: int  # absolute byte offset of the data in the file
     nbytes: int
+    #: the part of a split GGUF holding the data (None: the file read)
+    path: Path | None = None
 
     @property
     def type_name(self) -> str:
@@ -78,6 +82,12 @@ class GgufFile:
     @property
     def tensor_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
+
+    def file_of(self, t: GgufTensor) -> Path:
+        """The file holding ``t``'s data: its part of a split GGUF, else this file."""
+        path = t.path or self.path
+        assert path is not None
+        return path
 
 
 #: no GGUF dimension or count mtpforge reads comes near these (as for config.json)
@@ -188,7 +198,16 @@ def _not_a_file(p: Path) -> tuple[str, str]:
 
 
 def read_local(path: str | os.PathLike[str]) -> GgufFile:
-    p = Path(path)
+    """A local GGUF's metadata and tensor table; a split one (gguf-split's parts, the converter's
+    ``--split-max-size``: how every GGUF of a 300 GB+ model is published) as one file: every
+    part's tensors, each knowing its part, and the first part's metadata without the ``split.*``
+    keys, so that nothing written from it (an MTP-only file, a new trunk) claims to be a part."""
+    g = _read_one(Path(path))
+    count = g.get("split.count", 0)
+    return _join_parts(g, int(count)) if _int(count) and int(count) > 1 else g
+
+
+def _read_one(p: Path) -> GgufFile:
     if not p.is_file():
         raise InputError(*_not_a_file(p))
     size = p.stat().st_size
@@ -200,6 +219,76 @@ def read_local(path: str | os.PathLike[str]) -> GgufFile:
             raise CorruptFileError(f"{p.name} is truncated: tensor {t.name} ends at byte {t.offset + t.nbytes:,} "
                                    f"of a {g.size:,}-byte file", "re-download it")
     return g
+
+
+#: llama.cpp's name of part ``no`` (from 1) of a split GGUF: ``<prefix>-00001-of-00003.gguf``
+_PART_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+#: the metadata that makes a GGUF one part of several
+SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+
+
+def first_part(path: Path) -> Path:
+    """The first part of the split GGUF whose part ``path`` names (by name alone), else ``path``:
+    the name llama-server loads a split model by, and records and heads name a trunk by."""
+    m = _PART_NAME.match(path.name)
+    return path.with_name(f"{m['prefix']}-00001-of-{m['count']}.gguf") if m else path
+
+
+def _join_parts(given: GgufFile, count: int) -> GgufFile:
+    """Every part of the split GGUF ``given`` belongs to, read and joined (see ``read_local``)."""
+    assert given.path is not None
+    m = _PART_NAME.match(given.path.name)
+    if m is None or int(m["count"]) != count:
+        raise InputError(f"{given.name} is part of a GGUF split in {count} parts, but its name is not llama.cpp's "
+                         f"'<name>-00001-of-{count:05d}.gguf'", "keep the parts' names as gguf-split wrote them")
+    paths = [given.path.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    gone = [p.name for p in paths if not p.is_file()]
+    if gone:
+        raise InputError(f"{given.name} is part of a GGUF split in {count} parts and {gone[0]} is not beside it",
+                         "download every part of the GGUF into one folder")
+    return join_parts([given if p == given.path else _read_one(p) for p in paths])
+
+
+def join_parts(parts: list[GgufFile]) -> GgufFile:
+    """The parts of one split GGUF, in order, as one file: every part's tensors (each knowing
+    its part's path, where it has one) and the first part's metadata without ``SPLIT_KEYS``;
+    parts that do not say they are these parts, in this order, are refused."""
+    tensors: dict[str, GgufTensor] = {}
+    count = len(parts)
+    if parts[0].get("split.count") != count:
+        raise InputError(f"{parts[0].name} is part of a GGUF split in {parts[0].get('split.count')} parts, and "
+                         f"{count} of them are here", "download every part of the GGUF")
+    for i, part in enumerate(parts):
+        if part.get("split.no") != i or part.get("split.count") != count:
+            raise CorruptFileError(f"{part.name} says it is part {part.get('split.no')} of {part.get('split.count')}, "
+                                   f"not part {i} of {count}", "re-download the GGUF's parts")
+        for n, t in part.tensors.items():
+            if n in tensors:
+                raise CorruptFileError(f"tensor {n} is in two parts of {parts[0].name}", "re-download the GGUF's parts")
+            tensors[n] = dataclasses.replace(t, path=part.path) if part.path is not None else t
+    first = parts[0]
+    declared = first.get("split.tensors.count")
+    if declared != len(tensors):
+        raise CorruptFileError(f"{first.name}'s parts hold {len(tensors)} tensors, not the {declared} it declares",
+                               "re-download the GGUF's parts")
+    kv = {k: v for k, v in first.kv.items() if k not in SPLIT_KEYS}
+    return GgufFile(first.name, first.size, kv, tensors, first.data_offset, first.alignment, first.path,
+                    {"parts": [p.path or p.name for p in parts]})
+
+
+def group_parts(names: list[str]) -> list[list[str]]:
+    """File names grouped as GGUFs: a split GGUF's parts together, in order (a set lacking a part
+    stays together, short, for the join to refuse); any other file alone."""
+    sets: dict[tuple[str, str, str], dict[int, str]] = {}
+    out: list[list[str]] = []
+    for n in names:
+        m = _PART_NAME.match(Path(n).name)
+        if m is None:
+            out.append([n])
+        else:
+            sets.setdefault((str(Path(n).parent), m["prefix"], m["count"]), {})[int(m["no"])] = n
+    out += [[found[i] for i in sorted(found)] for found in sets.values()]
+    return sorted(out)
 
 
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType -> bytes
@@ -345,8 +434,7 @@ def read_remote(name: str, size: int, read_range: Callable[[int, int], bytes]) -
 
 def tensor_array(g: GgufFile, t: GgufTensor) -> np.ndarray:
     """A tensor dequantized to float32 (small tensors only: norms, and tests)."""
-    assert g.path is not None
-    with open(g.path, "rb") as f:
+    with open(g.file_of(t), "rb") as f:
         f.seek(t.offset)
         raw = np.frombuffer(f.read(t.nbytes), dtype=np.uint8)
     if t.type == gguf.GGMLQuantizationType.F32:
@@ -358,4 +446,5 @@ def tensor_array(g: GgufFile, t: GgufTensor) -> np.ndarray:
     return gguf.quants.dequantize(rows, t.type).astype(np.float32)
 
 
-__all__ = ["GgufFile", "GgufTensor", "KV", "read_local", "read_remote", "tensor_array"]
+__all__ = ["GgufFile", "GgufTensor", "KV", "first_part", "group_parts", "join_parts", "read_local", "read_remote",
+           "tensor_array"]

@@ -75,6 +75,14 @@ class HeadTensor:
     decoder: Callable[..., np.ndarray] | None = None
 
     @property
+    def row_unit(self) -> int | None:
+        """Rows a row block holds whole multiples of (``headplan.row_blocks``); None where the
+        conversion needs the whole tensor (a decoder of its own, a q/k rope permutation)."""
+        if self.decoder is not None or (self.transform is not None and not self.transform_unit):
+            return None
+        return self.transform_unit or 1
+
+    @property
     def nbytes(self) -> int:
         rows = 1
         for d in self.shape[:-1]:
@@ -232,8 +240,7 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             # one row block at a time (headplan.row_blocks: the same bytes, a bounded float32
             # step) — of whole heads for a split; a q/k rope permutation or a decoder of its own
             # needs the whole matrix
-            k = 1 if t.decoder is not None or (t.transform is not None and not t.transform_unit) else \
-                row_blocks(s, info, t.transform_unit or 1)
+            k = 1 if t.row_unit is None else row_blocks(s, info, t.row_unit)
             step = (s.end - s.start) // k
             shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
             for j in range(k):

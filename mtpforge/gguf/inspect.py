@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, MtpforgeError
 from ..families import FAMILIES
 from ..findings import Finding, finding
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_MTP, GGUF_TAIL
 from .addmtp import MANIFEST_SUFFIX
-from .gguffile import GgufFile, read_local, read_remote, tensor_array
+from .gguffile import GgufFile, group_parts, join_parts, read_local, read_remote, tensor_array
 from .drafter import check_drafter_file, drafter_family, drafter_files
 from .tensor_checks import held_against, nonfinite_in
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, block_of, expected_block, gguf_dims, handled_archs, norm_sources
@@ -308,8 +308,8 @@ def _drafter_siblings(p: Path, g: GgufFile, source: str | None = None,
 
 
 def inspect_gguf(target: str, *, source: str | None = None, revision: str | None = None, strict: bool = False) -> dict[str, Any]:
-    p = Path(target).expanduser()
-    g = read_local(p)
+    g = read_local(Path(target).expanduser())
+    p = g.path or Path(target)  # a split trunk's first part, whichever part was given: the one heads name
     family = family_of(g)
     if family is None and (drafter := drafter_family(g)) is not None:
         return _inspect_drafter(p, g, drafter, target, strict, source, revision)
@@ -416,15 +416,26 @@ def _inspect_drafter(p: Path, d: GgufFile, family: str, target: str, strict: boo
 def inspect_gguf_repo(store: Any, target: str, strict: bool = False) -> dict[str, Any]:
     """A Hub repo of GGUF files: every file's header by range requests, no tensor data."""
     files = [f for f in store.list_files() if f.endswith(".gguf")]
-    trunks = [f for f in files if not Path(f).name.startswith("mtp-") and "mmproj" not in f]
     mtps = [f for f in files if Path(f).name.startswith("mtp-")]
     findings: list[Finding] = []
     read_bytes = 0
-    parsed: dict[str, GgufFile] = {}
-    for f in trunks + mtps:
-        g, n = read_remote(f, store.size(f), lambda a, b, f=f: store.read_range(f, a, b))
-        parsed[f] = g
+
+    def header(f: str) -> GgufFile:
+        nonlocal read_bytes
+        g, n = read_remote(f, store.size(f), lambda a, b: store.read_range(f, a, b))
         read_bytes += n
+        return g
+
+    parsed = {m: header(m) for m in mtps}
+    trunks = []
+    for names in group_parts([f for f in files if f not in mtps and "mmproj" not in f]):
+        parts = [header(f) for f in names]
+        try:  # a split GGUF is one trunk, named by its first part
+            parsed[names[0]] = join_parts(parts) if parts[0].get("split.count", 1) != 1 else parts[0]
+        except MtpforgeError as e:
+            findings.append(finding("CORRUPT_FILE", e.message, "re-upload or re-download every part of the GGUF"))
+            continue
+        trunks.append(names[0])
     entries = []
     for f in trunks:
         g = parsed[f]

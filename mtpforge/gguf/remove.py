@@ -26,6 +26,7 @@ from ..manifest import UntrustedManifest, _link_allowed
 from ..model_card import CARD, find, section_sha, take_out, write_atomic
 from ..writer.lock import folder_lock
 from .commit import sweep_leftovers
+from .gguffile import first_part
 from .write import file_sha256
 
 MANIFEST_SUFFIX = ".mtpforge.json"
@@ -45,7 +46,7 @@ def heads_of(target: Path) -> list[Path]:
     else:
         if Path(str(target) + MANIFEST_SUFFIX).is_file():
             return [target]
-        folder, trunk = target.parent, target.name
+        folder, trunk = target.parent, first_part(target).name  # any part of a split trunk: its first
     out = []
     for rec in sorted(folder.glob(f"*.gguf{MANIFEST_SUFFIX}")):
         if rec.is_symlink():

@@ -101,8 +101,9 @@ def verify_gguf(
 ) -> dict[str, Any]:
     from ..verify import DEFAULT_PROMPTS
 
-    tpath = Path(target).expanduser()
-    trunk = read_local(tpath)  # a file that is not a GGUF is said before a missing llama-server
+    trunk = read_local(Path(target).expanduser())  # a file that is not a GGUF is said before a missing llama-server
+    tpath = trunk.path  # a split trunk's first part, whichever part was given: what llama-server loads
+    assert tpath is not None
     h = _head(tpath, trunk, draft, n_max)
     mtp_file, head, own_tail, n_max = h.file, h.gguf, h.file is None, h.n_max
     _refuse_nonfinite(head, h.spec_type != "draft-mtp")

@@ -40,11 +40,12 @@ class OutTensor:
 
 def copy_chunks(src: GgufFile, t: GgufTensor) -> Callable[[], Iterator[bytes]]:
     """A trunk tensor's bytes, read from its file in bounded chunks (no memory map: mapped pages
-    would count against the process as the copy walks a 20 GB file)."""
-    assert src.path is not None
+    would count against the process as the copy walks a 20 GB file), from its part of a split
+    GGUF where it lies in one."""
+    path = src.file_of(t)
 
     def gen() -> Iterator[bytes]:
-        with open(src.path, "rb") as f:  # type: ignore[arg-type]
+        with open(path, "rb") as f:
             f.seek(t.offset)
             left = t.nbytes
             while left:
