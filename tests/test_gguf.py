@@ -274,6 +274,23 @@ def test_inspect_hub_gguf_repo_reads_headers_only(hub, tmp_path: Path) -> None:
     assert "MTP_SHAPE_MISMATCH" in _codes(rep)  # the dense MTP file sits beside the MoE trunk too
 
 
+def test_a_trunk_split_in_one_part_gets_the_head_its_file_gets(tmp_path: Path) -> None:
+    """gguf-split also writes a model that fits in one part as ``-00001-of-00001`` with the split
+    keys (count 1): it is read as a file, and the MTP file carries none of those keys (llama-server
+    takes a file with them for a part) — byte for byte the head of the same trunk without them."""
+    plain = trunk_copy(MODELS["dense"], tmp_path / "plain")
+    g = read_local(plain)
+    kv = {**g.kv, "split.no": KV(0, gguf.GGUFValueType.UINT16), "split.count": KV(1, gguf.GGUFValueType.UINT16),
+          "split.tensors.count": KV(len(g.tensors), gguf.GGUFValueType.INT32)}
+    one = tmp_path / "one" / "Tiny-F32-00001-of-00001.gguf"
+    one.parent.mkdir()
+    write_gguf(one, g.arch, kv, [OutTensor(n, t.type, t.shape, t.nbytes, copy_chunks(g, t)) for n, t in g.tensors.items()])
+    assert gguf.GGUFReader(one).fields["split.count"].contents() == 1
+    ours, theirs = Path(_add(one, MODELS["dense"])["output"]), Path(_add(plain, MODELS["dense"])["output"])
+    assert not any(k.startswith("split.") for k in gguf.GGUFReader(ours).fields)
+    assert sha256(ours) == sha256(theirs)
+
+
 def test_inspect_hub_repo_of_split_ggufs_reads_each_as_one_file(hub, tmp_path: Path) -> None:
     """A Hub repo of a large model holds its GGUFs in parts (Q4_K_M/<name>-00001-of-00009.gguf):
     inspect joins each set's headers into one trunk, named by its first part, so a trunk whose

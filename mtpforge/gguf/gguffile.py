@@ -204,7 +204,10 @@ def read_local(path: str | os.PathLike[str]) -> GgufFile:
     keys, so that nothing written from it (an MTP-only file, a new trunk) claims to be a part."""
     g = _read_one(Path(path))
     count = g.get("split.count", 0)
-    return _join_parts(g, int(count)) if _int(count) and int(count) > 1 else g
+    if _int(count) and int(count) > 1:
+        return _join_parts(g, int(count))
+    g.kv = {k: v for k, v in g.kv.items() if k not in SPLIT_KEYS}  # a "split" in one part is a file
+    return g
 
 
 def _read_one(p: Path) -> GgufFile:
