@@ -246,6 +246,23 @@ def test_disk_space_check_says_how_much_is_needed_and_writes_nothing(synth, tmp_
     assert asked and tree_state(tmp_path) == before
 
 
+def test_a_gguf_head_that_cannot_fit_beside_its_trunk_is_refused_before_it_converts(synth, tmp_path, monkeypatch):
+    """The GGUF output's room is asked before anything is read or converted (a giant's 24 GB head
+    had failed only at the disk's end): NO_SPACE, the bytes needed and free, the advice fitting a
+    .gguf output, the folder as it was. The free-space query is the one OS boundary replaced."""
+    from mtpforge.gguf.addmtp import add_mtp_gguf
+    from mtpforge.writer import atomic
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    trunk = synthetic_trunk(synth.hf("qwen3_5"), tmp_path / "g" / "trunk.gguf")
+    before = folder_state(trunk.parent)
+    monkeypatch.setattr(atomic, "free_bytes", lambda path: 4096)
+    with pytest.raises(RefusedError) as e:
+        add_mtp_gguf(source=str(synth.hf("qwen3_5")), target=str(trunk), progress=False)
+    assert e.value.code == "NO_SPACE" and "4,096 bytes free" in e.value.message and ".gguf path" in e.value.fix
+    assert folder_state(trunk.parent) == before
+
+
 def test_disk_space_check_on_a_real_full_filesystem(synth, tmp_path):
     """A real 1 MiB tmpfs (when this process may mount one): the refusal comes before any write."""
     mnt = tmp_path / "small"

@@ -243,6 +243,40 @@ def test_offline_with_an_empty_cache_fails_in_one_line(hub, synth, make_target):
     assert hub.log(repo) == [] and folder_state(tgt) == before
 
 
+#: the CLI with the free-space query (the one OS boundary replaced) saying the disk of argv[1]'s
+#: folder has argv[2] bytes free, every other disk plenty
+_SMALL_DISK = ("import sys, mtpforge.writer.atomic as a\n"
+               "small, n = sys.argv[1], int(sys.argv[2])\n"
+               "a.free_bytes = lambda p: n if str(p).startswith(small) else 1 << 50\n"
+               "from mtpforge.cli import app\n"
+               "app(sys.argv[3:])")
+
+
+@pytest.mark.parametrize("fmt", ["mlx", "gguf"])
+def test_a_download_that_cannot_fit_in_the_cache_is_refused_before_it_starts(hub, synth, make_target, tmp_path, fmt):
+    """A head bigger than the download cache's free space (a giant's ~12 GB) is refused up front:
+    NO_SPACE, one line naming the cache, the bytes needed and free; no tensor data requested, the
+    target as it was, whichever format is written."""
+    import subprocess
+    import sys
+
+    from tests.fixtures_hub import Run
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    repo, _ = hub.source(synth, "qwen3_5")
+    if fmt == "mlx":
+        tgt = make_target("qwen3_5")
+    else:
+        tgt = synthetic_trunk(synth.hf("qwen3_5"), tmp_path / "g" / "trunk.gguf")
+    before = folder_state(tgt.parent if fmt == "gguf" else tgt)
+    p = subprocess.run([sys.executable, "-c", _SMALL_DISK, str(hub.home), "4096", "add-mtp", "--source", repo,
+                        "--target", str(tgt), "--json"], capture_output=True, text=True, env=hub.env(), timeout=300)
+    err = Run(p.returncode, p.stdout, p.stderr).assert_one_line_error(1)
+    assert err["code"] == "NO_SPACE" and "for the download" in err["message"] and "4,096 bytes free" in err["message"]
+    assert "HF_HOME" in err["fix"] and hub.tensor_bytes(repo) == 0
+    assert folder_state(tgt.parent if fmt == "gguf" else tgt) == before
+
+
 def test_offline_after_one_online_run_needs_no_server(hub, synth, make_target):
     repo, _ = hub.source(synth, "qwen3_5")
     first = make_target("qwen3_5")

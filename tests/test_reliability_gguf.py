@@ -432,9 +432,11 @@ def test_a_kill_at_every_stage_of_the_gguf_tail_write_leaves_nothing_half_writte
 @pytest.mark.parametrize("how", ["enospc", "efbig"])
 def test_a_full_disk_while_writing_the_gguf_head_is_no_space_and_leaves_nothing(synth, how: str, tmp_path: Path) -> None:
     """A real ENOSPC (a tmpfs with room for less than the head; skipped where one cannot be
-    mounted) and EFBIG (RLIMIT_FSIZE): NO_SPACE, exit 1, one line, the folder as it was, no
-    temporary head left (it was `internal error: OSError`, exit 2, and the temporary file stayed:
-    the writer's close raised again before the unlink)."""
+    mounted) and EFBIG (RLIMIT_FSIZE) while the head is written: NO_SPACE, exit 1, one line, the
+    folder as it was, no temporary head left (it was `internal error: OSError`, exit 2, and the
+    temporary file stayed: the writer's close raised again before the unlink). The free-space
+    query, asked before anything is converted, is told there is room (the disk filled after it:
+    the up-front refusal is test_hostile's)."""
     import os
     import resource
     import sys
@@ -456,7 +458,9 @@ def test_a_full_disk_while_writing_the_gguf_head_is_no_space_and_leaves_nothing(
     try:
         trunk = synthetic_trunk(src, folder / "trunk.gguf")
         before = folder_state(folder)
-        r = subprocess.run([sys.executable, "-m", "mtpforge", "add-mtp", "--source", str(src), "--target", str(trunk),
+        room = ("import sys, mtpforge.writer.atomic as a; a.free_bytes = lambda p: 1 << 50\n"
+                "from mtpforge.cli import app; app(sys.argv[1:])")
+        r = subprocess.run([sys.executable, "-c", room, "add-mtp", "--source", str(src), "--target", str(trunk),
                             "--json"], capture_output=True, text=True, env=cli_env(), timeout=300, preexec_fn=pre)
         one_line(r, 1, "nothing was changed")
         assert json.loads(r.stdout)["error"]["code"] == "NO_SPACE"

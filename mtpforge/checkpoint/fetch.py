@@ -34,12 +34,13 @@ from typing import Any, Callable, Iterator
 from urllib.parse import quote
 
 import httpx2
-from huggingface_hub import hf_hub_download
+from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from ..cells import counted
 from ..errors import InputError, NetworkError, RefusedError
 from ..progress import Progress, TqdmBridge
+from ..writer.atomic import check_download_room
 from .hub import HubStore, RangeIgnoredError, snapshot_file, hub_errors, repo_cache_dir, retry_wait, stream_range
 from .safetensors_header import TensorInfo
 from .store import Store
@@ -287,6 +288,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     # 2. ranges
     if mode in ("auto", "ranges"):
         runs = plan_runs(missing)
+        check_download_room(cache.root, sum(r.nbytes for r in runs))
         try:
             with advancing("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
                 for run, dest, received in _fetch_runs(store, cache, runs, advance, _by_want(missing, wanted)):
@@ -305,6 +307,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
 
     # 3. whole shards (asked for, or the server ignores Range)
     files = sorted({i.file for i in missing})
+    check_download_room(Path(constants.HF_HUB_CACHE), sum(store.size(f) for f in files))
     with advancing(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
         for f in files:
             path = _download_shard(store, f, advance)

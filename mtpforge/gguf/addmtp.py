@@ -39,6 +39,7 @@ from .head import FILE_TYPES, HeadTensor, Reader, is_quantized, parse_precision,
 from .meta import drafter_kv, mtp_file_name, mtp_meta, mtp_only_kv, with_mtp_layers
 from .names import FIRST_BLOCK_NORM, SHARED_TENSORS, family_of, handled_archs
 from .source import SourceHead, check_trunk_matches, open_source_head
+from ..writer.atomic import check_disk_space
 from ..writer.lock import folder_lock
 from .commit import stage_json, sweep_leftovers
 from .write import OutTensor, copy_chunks, file_sha256, write_gguf
@@ -330,6 +331,9 @@ def _destination(trunk: GgufFile, tpath: Path, row: GgufLayout, prec: str, outpu
 def _write(g: GgufAddPlan, source: str, fetch: str, prog: Progress) -> None:
     from ..source import SourceBytes
 
+    # the file's room first: a giant head's tens of GB would otherwise fail at the disk's end, minutes in
+    check_disk_space(g.dest, g.trunk.data_offset + sum(t.nbytes for t in g.carried) + sum(t.nbytes for t in g.plan)
+                     + (1 << 20), "pass --output a .gguf path on another disk")
     prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
     source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch, prog)
     try:

@@ -191,7 +191,7 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_disk_space(dest: Path, need: int) -> None:
+def check_disk_space(dest: Path, need: int, elsewhere: str = "use --output DIR on another disk") -> None:
     """Refuse before writing anything when the staged files cannot fit beside ``dest``."""
     dest = Path(os.path.abspath(dest))
     where = dest if dest.is_dir() else dest.parent
@@ -200,9 +200,24 @@ def check_disk_space(dest: Path, need: int) -> None:
         raise RefusedError(
             f"not enough disk space: {need:,} bytes ({need / 2**20:,.1f} MiB) needed beside {dest}, "
             f"{free:,} bytes free",
-            f"free at least {need - free:,} bytes on that disk, or use --output DIR on another disk",
+            f"free at least {need - free:,} bytes on that disk, or {elsewhere}",
             code="NO_SPACE",
         )
+
+
+def check_download_room(cache: Path, need: int) -> None:
+    """Refuse before downloading when ``need`` bytes cannot fit in the download cache ``cache``
+    (its nearest existing folder): a giant head's gigabytes would otherwise fail at the disk's
+    end, minutes in."""
+    where = Path(os.path.abspath(cache))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = free_bytes(where)
+    if free < need:
+        raise RefusedError(
+            f"not enough disk space for the download: {need:,} bytes ({need / 2**30:,.2f} GiB) needed under {cache}, "
+            f"{free:,} bytes free",
+            "free some space, or point HF_HOME / HF_HUB_CACHE to a larger disk", code="NO_SPACE")
 
 
 def _link_or_copy(s: Path, t: Path, dst: Path) -> None:
