@@ -401,6 +401,22 @@ def test_runs_cover_every_tensor_within_the_slack(infos):
         assert all(a[1] < b[0] for a, b in zip(mine, mine[1:])), mine
 
 
+@settings(max_examples=200, deadline=None)
+@given(_spans(), st.integers(1, 9000))
+def test_runs_are_cut_between_tensors_at_the_cap(infos, cap):
+    """A giant head lies in runs of gigabytes, and a run cut short is downloaded again whole, so
+    runs are cut at ``cap`` bytes: every piece within it but a single larger tensor, cut only where
+    a tensor begins (each tensor still in exactly one), and no byte more than without the cap."""
+    runs, uncut = plan_runs(infos, cap=cap), plan_runs(infos, cap=1 << 60)
+    assert sum(r.nbytes for r in runs) <= sum(r.nbytes for r in uncut)
+    for i in infos:
+        assert sum(1 for r in runs if r.file == i.file and r.start <= i.begin and i.end <= r.end) == 1, i
+    for r in runs:
+        inside = [i for i in infos if i.file == r.file and r.start <= i.begin and i.end <= r.end]
+        assert r.nbytes <= cap or len(inside) == 1, (r, cap)
+        assert r.start == min(i.begin for i in inside) and r.end == max(i.end for i in inside)
+
+
 def test_a_background_fetch_downloads_next_what_the_conversion_waits_for(hub, tmp_path):
     """The conversion reads while the fetch downloads (checkpoint.fetch.BackgroundFetch): asked
     first for the tensor of the last shard, the fetch takes that shard's run first (or next,

@@ -2,7 +2,8 @@
 
 ``ranges`` downloads only the wanted byte spans: neighbouring tensors are coalesced into runs
 (one Range request each) while the bytes in between stay under 1 % of the wanted bytes, so a
-head spread over thousands of contiguous expert tensors costs a handful of requests. Each run
+head spread over thousands of contiguous expert tensors costs a handful of requests — one per
+512 MiB at most (``RUN_CAP``: what an interrupted run costs again). Each run
 lands in ``<HF_HUB_CACHE>/mtpforge-ranges/<repo>/<commit>/ranges/<file>/<start>-<end>.bin``,
 written to a temp file and renamed only when complete and of the right length — so what the
 cache holds is always whole, a second run downloads nothing, and a run that failed half-way
@@ -48,6 +49,10 @@ from .store import Store
 MODES = ("auto", "ranges", "shards")
 #: bytes between wanted tensors that a run may carry along, as a share of the wanted bytes
 SLACK = 0.01
+#: the most one run asks for, cut between tensors (a tensor larger than this is a run of its own):
+#: a run cut short (Ctrl-C, a link lost past the retries) is downloaded again whole, and a giant
+#: head lies in runs of gigabytes, so this bounds what an interruption costs — a few more requests
+RUN_CAP = 512 << 20
 _RUN = re.compile(r"^(\d+)-(\d+)\.bin$")
 #: temp files of killed runs older than this are removed
 STALE_PART_SECONDS = 3600
@@ -74,9 +79,10 @@ class Run:
         return self.end - self.start
 
 
-def plan_runs(infos: list[TensorInfo], slack: float = SLACK) -> list[Run]:
-    """Coalesce tensors into runs: touching spans always merge; gaps are bridged smallest first
-    while the bridged bytes stay within ``slack`` x the wanted bytes (so transfer <= 1.01x)."""
+def plan_runs(infos: list[TensorInfo], slack: float = SLACK, cap: int = RUN_CAP) -> list[Run]:
+    """Coalesce tensors into runs: touching spans merge; gaps are bridged smallest first while
+    the bridged bytes stay within ``slack`` x the wanted bytes (so transfer <= 1.01x); then each
+    run is cut between tensors into pieces of at most ``cap`` bytes (``RUN_CAP``)."""
     by_file: dict[str, list[tuple[int, int]]] = {}
     for i in infos:
         by_file.setdefault(i.file, []).append((i.begin, i.end))
@@ -104,10 +110,28 @@ def plan_runs(infos: list[TensorInfo], slack: float = SLACK) -> list[Run]:
         a = m[0][0]
         for k in range(len(m)):
             if (f, k) not in bridged:
-                runs.append(Run(f, a, m[k][1]))
+                runs += _cut(Run(f, a, m[k][1]), sorted(by_file[f]), cap)
                 if k + 1 < len(m):
                     a = m[k + 1][0]
     return runs
+
+
+def _cut(run: Run, spans: list[tuple[int, int]], cap: int) -> list[Run]:
+    """``run`` in pieces of at most ``cap`` bytes, each cut where a tensor begins (a piece ends
+    where its last tensor does; a tensor larger than ``cap`` is a piece of its own)."""
+    if run.nbytes <= cap:
+        return [run]
+    pieces: list[Run] = []
+    start = end = run.start
+    for a, b in spans:
+        if b <= run.start or a >= run.end:
+            continue
+        if end > start and b - start > cap:
+            pieces.append(Run(run.file, start, end))
+            start = a
+        end = max(end, b)
+    pieces.append(Run(run.file, start, run.end))
+    return pieces
 
 
 class RangeCache:
@@ -444,4 +468,4 @@ class BackgroundFetch:
         self._thread.join(timeout=5)
 
 
-__all__ = ["BackgroundFetch", "FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "SLACK"]
+__all__ = ["BackgroundFetch", "FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "RUN_CAP", "SLACK"]
