@@ -126,3 +126,27 @@ def test_gguf_add_takes_or_refuses_every_head_option(synth, tmp_path: Path) -> N
     assert {n: t for n, t in types["kept"].items() if n != fc} == {n: t for n, t in types["plain"].items() if n != fc}
     noted = add_mtp(source=str(hf), target=str(trunk), keep_fc_full_precision=True, dry_run=True, progress=False)
     assert any("--keep-fc-full-precision has no effect with precision f16" in n for n in noted["notes"])
+
+
+def test_a_large_gguf_head_at_the_default_precision_is_told_what_q8_0_would_write(synth, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """A giant MoE head is 10-25 GB at the default f16: the plan (and so --dry-run) says what
+    --precision q8_0 would write — the size the q8_0 plan has — and that it cost no drafts where
+    measured; a precision the user chose, or a head under the line, gets no such note."""
+    from mtpforge.cells import human_bytes
+    from mtpforge.gguf import addmtp
+    from mtpforge.gguf.addmtp import plan_gguf
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    hf = synth.hf("qwen3_5_moe")
+    trunk = synthetic_trunk(hf, tmp_path / "gguf" / "Tiny-F32.gguf")
+
+    def notes(**kw: object) -> list[str]:
+        return plan_gguf(AddOptions.parse(source=str(hf), target=str(trunk), **kw), progress=False).report["notes"]
+
+    assert notes() == []  # a tiny head is under the line
+    monkeypatch.setattr(addmtp, "LARGE_HEAD", 1)
+    q8 = plan_gguf(AddOptions.parse(source=str(hf), target=str(trunk), precision="q8_0"), progress=False)
+    [note] = notes()
+    assert "--precision q8_0" in note and f"about {human_bytes(q8.report['mtp_bytes'])}" in note, note
+    assert notes(precision="f16") == [] and q8.report["notes"] == []
