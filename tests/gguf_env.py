@@ -202,6 +202,20 @@ def measure(trunk: Path, draft: Path | None = None, mtp: bool = False, texts: li
     return {"tokens": [c.tokens for c in outs], "drafted": d, "accepted": a, "acceptance": a / d if d else 0.0}
 
 
+def trained_head_runs(model: Path, qtype: str, pre: str, work: Path, mode: str = "trunk") -> tuple[dict, dict, Path]:
+    """A trained model's head as add-mtp writes it (the default f16 MTP file) beside a private
+    copy of the converter's ``mode`` file of the model at ``qtype``: plain decoding and decoding
+    with the head (``measure``), and the trunk."""
+    need("server")
+    p = official(model, mode, "f32", pre=pre)
+    if qtype != "f32":
+        p = quantized(p, qtype)
+    trunk = Path(shutil.copyfile(p, work / f"trained-{qtype}.gguf"))
+    r = mtpforge("add-mtp", "--source", str(model), "--target", str(trunk), "--json")
+    assert r.returncode == 0, r.stderr
+    return measure(trunk), measure(trunk, draft=Path(json.loads(r.stdout)["output"])), trunk
+
+
 def graft(official_mtp: Path, trunk: Path, dst: Path) -> Path:
     """The official MTP block beside the trunk's own token_embd/output_norm/output: gguf-py
     writes the official file's metadata and MTP tensors with the trunk's three in place of its

@@ -12,13 +12,12 @@ converter's own f16 ``--mtp`` export beside the same trunk (figures in docs/fami
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import gguf_env
-from tests.gguf_env import mtpforge, official
+from tests.gguf_env import official
 
 pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 MODEL = Path(__file__).resolve().parent / "data" / "tiny-bailing_moe_v3-trained"
@@ -38,15 +37,7 @@ def test_the_committed_model_is_ling_3_shaped_and_small() -> None:
 
 @pytest.mark.parametrize("qtype", ["f32", "Q4_K_M"])
 def test_our_head_decodes_as_plain_and_drafts_as_the_converters(qtype: str, tmp_path: Path) -> None:
-    gguf_env.need("server")
-    p = official(MODEL, "trunk", "f32", pre=PRE)
-    if qtype != "f32":
-        p = gguf_env.quantized(p, qtype)
-    trunk = Path(shutil.copyfile(p, tmp_path / f"trained-{qtype}.gguf"))
-    r = mtpforge("add-mtp", "--source", str(MODEL), "--target", str(trunk), "--json")
-    assert r.returncode == 0, r.stderr
-    plain = gguf_env.measure(trunk)
-    ours = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+    plain, ours, trunk = gguf_env.trained_head_runs(MODEL, qtype, PRE, tmp_path)
     theirs = gguf_env.measure(trunk, draft=gguf_env.graft(official(MODEL, "mtp", "f16", pre=PRE), trunk,
                                                           tmp_path / "official" / "mtp-official.gguf"))
     assert ours["tokens"] == plain["tokens"]

@@ -12,13 +12,11 @@ llama-server accepts about two thirds of its drafts (24 prompts x 64 tokens, dep
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import gguf_env
-from tests.gguf_env import mtpforge, official
 
 pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 MODEL = Path(__file__).resolve().parent / "data" / "tiny-deepseek_v3-trained"
@@ -36,14 +34,6 @@ def test_the_committed_model_is_deepseek_v3_shaped_and_small() -> None:
 
 @pytest.mark.parametrize("qtype", ["f32", "Q8_0", "Q4_K_M"])
 def test_our_head_decodes_as_plain_and_drafts_well(qtype: str, tmp_path: Path) -> None:
-    gguf_env.need("server")
-    p = official(MODEL, "full", "f32", pre=PRE)
-    if qtype != "f32":
-        p = gguf_env.quantized(p, qtype)
-    trunk = Path(shutil.copyfile(p, tmp_path / f"trained-{qtype}.gguf"))
-    r = mtpforge("add-mtp", "--source", str(MODEL), "--target", str(trunk), "--json")
-    assert r.returncode == 0, r.stderr
-    plain = gguf_env.measure(trunk)
-    ours = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+    plain, ours, _ = gguf_env.trained_head_runs(MODEL, qtype, PRE, tmp_path, mode="full")
     assert ours["tokens"] == plain["tokens"]
     assert ours["drafted"] > 300 and ours["acceptance"] >= ACCEPTANCE_FLOOR, ours["acceptance"]

@@ -37,15 +37,7 @@ def test_the_committed_model_is_mimo_v2_flash_shaped_and_small() -> None:
 
 @pytest.mark.parametrize("qtype", ["f32", "Q4_K_M"])
 def test_our_head_decodes_as_plain_and_drafts_well(qtype: str, tmp_path: Path) -> None:
-    gguf_env.need("server")
-    p = official(MODEL, "trunk", "f32", pre=PRE)
-    if qtype != "f32":
-        p = gguf_env.quantized(p, qtype)
-    trunk = Path(shutil.copyfile(p, tmp_path / f"trained-{qtype}.gguf"))
-    r = mtpforge("add-mtp", "--source", str(MODEL), "--target", str(trunk), "--json")
-    assert r.returncode == 0, r.stderr
-    plain = gguf_env.measure(trunk)
-    ours = gguf_env.measure(trunk, draft=Path(json.loads(r.stdout)["output"]))
+    plain, ours, _ = gguf_env.trained_head_runs(MODEL, qtype, PRE, tmp_path)
     assert ours["tokens"] == plain["tokens"]
     assert ours["drafted"] > 300 and ours["acceptance"] >= ACCEPTANCE_FLOOR, ours["acceptance"]
 

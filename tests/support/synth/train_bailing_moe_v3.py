@@ -27,7 +27,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from .bailing_moe_v3 import TRAINED_VOCAB, tensor_specs, tiny_config
-from .train_family import Recipe, train_and_write
+from .train_family import Recipe, add_nextn_parts, train_and_write
 from .train_glm import GlmTrainSettings, unstack_experts
 
 FOLDER = "tiny-bailing_moe_v3-trained"
@@ -47,10 +47,7 @@ def make_mtp_block(args: Any) -> nn.Module:
     class MtpBlock(bailing_moe_v3.BailingDecoderLayer):
         def __init__(self) -> None:
             super().__init__(args, args.num_hidden_layers)
-            h, eps = args.hidden_size, args.rms_norm_eps
-            self.enorm, self.hnorm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
-            self.eh_proj = nn.Linear(2 * h, h, bias=False)
-            self.final_layernorm = nn.RMSNorm(h, eps=eps)
+            add_nextn_parts(self, args.hidden_size, args.rms_norm_eps)
 
         def __call__(self, hidden: mx.array, emb: mx.array) -> mx.array:  # type: ignore[override]
             x = self.eh_proj(mx.concatenate([self.enorm(emb), self.hnorm(hidden)], axis=-1))

@@ -54,6 +54,15 @@ class Recipe:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def add_nextn_parts(layer: nn.Module, hidden: int, eps: float) -> None:
+    """The tensors around an MTP layer that drafts from (h[t], x[t+1]), as the releases of
+    MiMo-V2-Flash and Ling-3 name them: ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] and the closing
+    ``final_layernorm``."""
+    layer.enorm, layer.hnorm = nn.RMSNorm(hidden, eps=eps), nn.RMSNorm(hidden, eps=eps)
+    layer.eh_proj = nn.Linear(2 * hidden, hidden, bias=False)
+    layer.final_layernorm = nn.RMSNorm(hidden, eps=eps)
+
+
 def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
                     log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Train and write ``out_root/<r.folder>`` (float32); returns the record."""
@@ -90,4 +99,4 @@ def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
     return record
 
 
-__all__ = ["Recipe", "train_and_write"]
+__all__ = ["Recipe", "add_nextn_parts", "train_and_write"]

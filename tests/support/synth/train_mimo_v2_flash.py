@@ -26,7 +26,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from .mimo_v2_flash import N_MTP, TRAINED_VOCAB, tensor_specs, tiny_config
-from .train_family import Recipe, train_and_write
+from .train_family import Recipe, add_nextn_parts, train_and_write
 from .train_glm import Feed, GlmTrainSettings, unstack_experts
 
 
@@ -54,10 +54,7 @@ def make_mtp_layer(args: Any) -> nn.Module:
     class MtpLayer(mimo_v2_flash.DecoderLayer):
         def __init__(self) -> None:
             super().__init__(args, is_moe=False, is_sliding_window=True)
-            h, eps = args.hidden_size, args.layernorm_epsilon
-            self.enorm, self.hnorm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
-            self.eh_proj = nn.Linear(2 * h, h, bias=False)
-            self.final_layernorm = nn.RMSNorm(h, eps=eps)
+            add_nextn_parts(self, args.hidden_size, args.layernorm_epsilon)
 
         def __call__(self, hidden: mx.array, emb: mx.array) -> mx.array:  # type: ignore[override]
             x = self.eh_proj(mx.concatenate([self.enorm(emb), self.hnorm(hidden)], axis=-1))
