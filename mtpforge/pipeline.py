@@ -355,14 +355,15 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
         raise RefusedError(f"{ex.root} already has {_what_head(plan, ex)}",
                            "pass --force to replace it, or `mtpforge remove-mtp` first")
     check_writable_parent(plan.dest)
-    check_disk_space(plan.dest, plan.head.mtp_bytes + (1 << 20))
+    room = plan.head.mtp_bytes + (1 << 20)
+    check_disk_space(plan.dest, room)
     prog = Progress(enabled=progress)
     from .render import human_bytes
 
     verb = "reading" if plan.source.local else "fetching"  # a local source is read in place
     prog.step(f"{verb} {len(plan.to_fetch)} MTP tensors ({human_bytes(source_bytes(list(plan.to_fetch)))}) from the source")
     store = plan.source.store or open_source(plan.options.source, plan.options.revision)
-    src = SourceBytes(store, list(plan.to_fetch), plan.options.fetch, prog)
+    src = SourceBytes(store, list(plan.to_fetch), plan.options.fetch, prog, (plan.dest, room))
     try:
         _write(plan, ex, src.read, result, prog)
         result.fetched_bytes, result.fetch_mode = src.finish()

@@ -107,15 +107,17 @@ class SourceBytes:
     a Hub repo as they arrive (``checkpoint.fetch.BackgroundFetch``: the conversion starts with
     the first run downloaded). ``finish`` gives what the fetch did once every read is done;
     ``close`` stops a fetch the conversion no longer waits for (its error, Ctrl-C). The download's
-    bar joins the command's ``progress`` display, beside the conversion's."""
+    bar joins the command's ``progress`` display, beside the conversion's; ``beside`` (the output's
+    folder and size) counts in the download's room where the two share a disk."""
 
-    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None) -> None:
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None,
+                 beside: tuple[Path, int] | None = None) -> None:
         self._store = store
         self._fetch = None
         if not isinstance(store, LocalStore):
             from .checkpoint.fetch import BackgroundFetch
 
-            self._fetch = BackgroundFetch(store, infos, mode, progress)
+            self._fetch = BackgroundFetch(store, infos, mode, progress, beside)
 
     def read(self, info: TensorInfo, a: int, b: int) -> bytes:
         if self._fetch is None:

@@ -263,6 +263,32 @@ def test_a_gguf_head_that_cannot_fit_beside_its_trunk_is_refused_before_it_conve
     assert folder_state(trunk.parent) == before
 
 
+def test_the_download_room_counts_the_head_where_they_share_a_disk(tmp_path, monkeypatch):
+    """check_download_room: the download alone against the cache's disk; the head's size added
+    only where the head's folder is on that same disk (a real second filesystem, a tmpfs, where
+    this process may mount one). The free-space query is the one OS boundary replaced."""
+    from mtpforge.writer import atomic
+
+    monkeypatch.setattr(atomic, "free_bytes", lambda path: 1000)
+    cache, same = tmp_path / "hf" / "not-yet", tmp_path / "model"
+    same.mkdir()
+    atomic.check_download_room(cache, 900)
+    with pytest.raises(RefusedError) as e:
+        atomic.check_download_room(cache, 1100)
+    assert e.value.code == "NO_SPACE" and "1,100 bytes" in e.value.message and "needed under" in e.value.message
+    with pytest.raises(RefusedError) as e:
+        atomic.check_download_room(cache, 900, beside=(same, 500))
+    assert "1,400 bytes" in e.value.message and "on one disk" in e.value.message and str(same) in e.value.message
+    other = tmp_path / "other"
+    other.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(other)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
+    try:
+        atomic.check_download_room(cache, 900, beside=(other, 500))  # another disk: the download alone counts
+    finally:
+        subprocess.run(["umount", str(other)], capture_output=True)
+
+
 def test_disk_space_check_on_a_real_full_filesystem(synth, tmp_path):
     """A real 1 MiB tmpfs (when this process may mount one): the refusal comes before any write."""
     mnt = tmp_path / "small"

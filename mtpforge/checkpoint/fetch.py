@@ -279,12 +279,14 @@ class FetchCancelled(Exception):
 
 def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", progress: bool | Progress = True,
                   on_ready: Callable[[str, tuple[str, int, int]], None] | None = None,
-                  cancel: threading.Event | None = None, wanted: Callable[[], str | None] | None = None) -> FetchResult:
+                  cancel: threading.Event | None = None, wanted: Callable[[], str | None] | None = None,
+                  beside: tuple[Path, int] | None = None) -> FetchResult:
     """Make the bytes of ``infos`` available locally; see the module docstring. ``on_ready(name,
     where)`` is told of each tensor the moment its bytes are on disk, ``cancel`` stops the
     downloads at their next chunk, and ``wanted()`` names the tensor a reader waits for, whose
     run is downloaded next (:class:`BackgroundFetch`). ``progress`` may be the command's own,
-    whose display the download's bar then shares."""
+    whose display the download's bar then shares; ``beside`` (the output's folder and size) counts
+    in the download's room check where it shares the cache's disk."""
     if mode not in MODES:
         raise InputError(f"--fetch must be one of {', '.join(MODES)}, not {mode!r}", "use --fetch auto")
     if not isinstance(store, HubStore):
@@ -312,7 +314,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     # 2. ranges
     if mode in ("auto", "ranges"):
         runs = plan_runs(missing)
-        check_download_room(cache.root, sum(r.nbytes for r in runs))
+        check_download_room(cache.root, sum(r.nbytes for r in runs), beside)
         try:
             with advancing("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
                 for run, dest, received in _fetch_runs(store, cache, runs, advance, _by_want(missing, wanted)):
@@ -331,7 +333,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
 
     # 3. whole shards (asked for, or the server ignores Range)
     files = sorted({i.file for i in missing})
-    check_download_room(Path(constants.HF_HUB_CACHE), sum(store.size(f) for f in files))
+    check_download_room(Path(constants.HF_HUB_CACHE), sum(store.size(f) for f in files), beside)
     with advancing(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
         for f in files:
             path = _download_shard(store, f, advance)
@@ -411,21 +413,23 @@ class BackgroundFetch:
     a giant head's time from the Hub). An error of the fetch is raised at the read that waits
     for it (the same error the fetch would have raised before); ``close`` stops the downloads."""
 
-    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None) -> None:
+    def __init__(self, store: Store, infos: list[TensorInfo], mode: str, progress: Progress | None = None,
+                 beside: tuple[Path, int] | None = None) -> None:
         self._where: dict[str, tuple[str, int, int]] = {}
         self._cv = threading.Condition()
         self._error: BaseException | None = None
         self._result: FetchResult | None = None
         self._waiting: str | None = None
         self._cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(store, infos, mode, progress or False),
+        self._thread = threading.Thread(target=self._run, args=(store, infos, mode, progress or False, beside),
                                         name="mtpforge-fetch", daemon=True)
         self._thread.start()
 
-    def _run(self, store: Store, infos: list[TensorInfo], mode: str, progress: bool | Progress) -> None:
+    def _run(self, store: Store, infos: list[TensorInfo], mode: str, progress: bool | Progress,
+             beside: tuple[Path, int] | None) -> None:
         try:
             res = fetch_tensors(store, infos, mode=mode, progress=progress, on_ready=self._ready, cancel=self._cancel,
-                                wanted=lambda: self._waiting)
+                                wanted=lambda: self._waiting, beside=beside)
         except BaseException as e:  # raised in the reader, where the command handles it
             with self._cv:
                 self._error = e

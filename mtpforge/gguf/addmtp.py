@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..cells import human_bytes
 from ..errors import InputError, MtpforgeError, RefusedError
 from ..families import FAMILIES
 from ..families.tables import dims
@@ -187,8 +188,6 @@ def _large_head_note(plan: list[HeadTensor], prec: str) -> list[str]:
     """A note when the default precision makes a large head: what q8_0 would write instead, and
     why that costs no drafts (llama-server accepted within 0.3 points of f16 at q8_0 on every head
     shape measured; docs/PRECISION.md)."""
-    from ..cells import human_bytes
-
     size = sum(t.nbytes for t in plan)
     if size <= LARGE_HEAD or is_quantized(prec):
         return []
@@ -355,10 +354,11 @@ def _write(g: GgufAddPlan, source: str, fetch: str, prog: Progress) -> None:
     from ..source import SourceBytes
 
     # the file's room first: a giant head's tens of GB would otherwise fail at the disk's end, minutes in
-    check_disk_space(g.dest, g.trunk.data_offset + sum(t.nbytes for t in g.carried) + sum(t.nbytes for t in g.plan)
-                     + (1 << 20), "pass --output a .gguf path on another disk")
-    prog.step(f"fetching {len(g.to_fetch)} MTP tensors ({sum(i.nbytes for i in g.to_fetch):,} bytes)")
-    source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch, prog)
+    room = g.trunk.data_offset + sum(t.nbytes for t in g.carried) + sum(t.nbytes for t in g.plan) + (1 << 20)
+    check_disk_space(g.dest, room, "pass --output a .gguf path on another disk")
+    verb = "reading" if g.src.local else "fetching"  # a local source is read in place, as for MLX
+    prog.step(f"{verb} {len(g.to_fetch)} MTP tensors ({human_bytes(sum(i.nbytes for i in g.to_fetch))}) from the source")
+    source_bytes = SourceBytes(g.src.store, g.to_fetch, fetch, prog, (g.dest, room))
     try:
         _write_from(g, source, source_bytes.read, prog)
         fetched, mode = source_bytes.finish()

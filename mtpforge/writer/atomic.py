@@ -205,19 +205,30 @@ def check_disk_space(dest: Path, need: int, elsewhere: str = "use --output DIR o
         )
 
 
-def check_download_room(cache: Path, need: int) -> None:
+def check_download_room(cache: Path, need: int, beside: tuple[Path, int] | None = None) -> None:
     """Refuse before downloading when ``need`` bytes cannot fit in the download cache ``cache``
     (its nearest existing folder): a giant head's gigabytes would otherwise fail at the disk's
-    end, minutes in."""
-    where = Path(os.path.abspath(cache))
+    end, minutes in. ``beside``, the output's folder and size, counts too where it shares the
+    cache's disk (one internal disk, as most Macs have: each fitting alone is not both fitting)."""
+    from ..cells import human_bytes
+
+    where = _existing(cache)
+    free, what = free_bytes(where), f"{need:,} bytes ({human_bytes(need)}) needed under {cache}"
+    if beside is not None and os.stat(_existing(beside[0])).st_dev == os.stat(where).st_dev:
+        need += beside[1]
+        what = (f"{need:,} bytes ({human_bytes(need)}) needed on one disk: the download under {cache} and "
+                f"the head beside {beside[0]}")
+    if free < need:
+        raise RefusedError(f"not enough disk space for the download: {what}, {free:,} bytes free",
+                           "free some space, or point HF_HOME / HF_HUB_CACHE to a larger disk", code="NO_SPACE")
+
+
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest folder that exists."""
+    where = Path(os.path.abspath(path))
     while not where.exists() and where != where.parent:
         where = where.parent
-    free = free_bytes(where)
-    if free < need:
-        raise RefusedError(
-            f"not enough disk space for the download: {need:,} bytes ({need / 2**30:,.2f} GiB) needed under {cache}, "
-            f"{free:,} bytes free",
-            "free some space, or point HF_HOME / HF_HUB_CACHE to a larger disk", code="NO_SPACE")
+    return where
 
 
 def _link_or_copy(s: Path, t: Path, dst: Path) -> None:
