@@ -219,10 +219,11 @@ def test_ctrl_c_while_a_hub_source_downloads_behind_the_conversion(tmp_path: Pat
     before = state(tgt)
     head = sum(t.nbytes for k, t in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp."))
     args = ["add-mtp", "--source", "org/paced", "--target", str(tgt), "--fetch", "ranges"]
-    with HubServer(rate=head / 6) as server:  # the head's bytes take ~6 s
+    with HubServer(rate=head / 6) as server:  # the head's bytes take ~6 s, a 64 KiB chunk about every second
         server.publish("org/paced", src)
-        # the download's bar shows beside the conversion's (which waits for it at zero)
-        run = drive(args, tmp_path, stage="downloading MTP tensors", delay=1.0, hub=server.endpoint)
+        # the download's bar shows beside the conversion's (which waits for it at zero); pressed
+        # when two chunks have left and four have not, a second either way from each
+        run = drive(args, tmp_path, stage="downloading MTP tensors", delay=2.5, hub=server.endpoint)
         sent_at_exit = server.sent_bytes("org/paced")
         line = interrupted_line(run.rc, run.text)
         assert "left as it was" in line and "re-run" in line, line
