@@ -106,11 +106,11 @@ def plan_runs(infos: list[TensorInfo], slack: float = SLACK, cap: int = RUN_CAP)
         bridged.add((f, k))
     runs: list[Run] = []
     for f in sorted(segs):
-        m = segs[f]
+        m, spans = segs[f], sorted(by_file[f])
         a = m[0][0]
         for k in range(len(m)):
             if (f, k) not in bridged:
-                runs += _cut(Run(f, a, m[k][1]), sorted(by_file[f]), cap)
+                runs += _cut(Run(f, a, m[k][1]), spans, cap)
                 if k + 1 < len(m):
                     a = m[k + 1][0]
     return runs
@@ -314,9 +314,10 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     # 2. ranges
     if mode in ("auto", "ranges"):
         runs = plan_runs(missing)
-        check_download_room(cache.root, sum(r.nbytes for r in runs), beside)
+        need = sum(r.nbytes for r in runs)
+        check_download_room(cache.root, need, beside)
         try:
-            with advancing("downloading MTP tensors", sum(r.nbytes for r in runs)) as advance:
+            with advancing("downloading MTP tensors", need) as advance:
                 for run, dest, received in _fetch_runs(store, cache, runs, advance, _by_want(missing, wanted)):
                     res.fetched_bytes += received
                     res.requests += 1
@@ -333,8 +334,9 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
 
     # 3. whole shards (asked for, or the server ignores Range)
     files = sorted({i.file for i in missing})
-    check_download_room(Path(constants.HF_HUB_CACHE), sum(store.size(f) for f in files), beside)
-    with advancing(f"downloading {counted(len(files), 'shard')}", sum(store.size(f) for f in files)) as advance:
+    need = sum(store.size(f) for f in files)
+    check_download_room(Path(constants.HF_HUB_CACHE), need, beside)
+    with advancing(f"downloading {counted(len(files), 'shard')}", need) as advance:
         for f in files:
             path = _download_shard(store, f, advance)
             if os.path.getsize(path) != store.size(f):

@@ -191,8 +191,12 @@ def _large_head_note(plan: list[HeadTensor], prec: str) -> list[str]:
     size = sum(t.nbytes for t in plan)
     if size <= LARGE_HEAD or is_quantized(prec):
         return []
-    q8 = sum(t.nbytes if t.type == Q.F32 or t.shape[-1] % 32 else
-             math.prod(t.shape) // 32 * 34 for t in plan)
+    # only the tensors the precision makes half floats change (norms stay F32; a type of the
+    # family's own, DeepSeek-V4's MXFP4 experts and Q8_0 fc, stays what it is)
+    q8 = sum(math.prod(t.shape) // 32 * 34 if t.type in (Q.F16, Q.BF16) and not t.shape[-1] % 32 else t.nbytes
+             for t in plan)
+    if q8 >= size:
+        return []
     return [f"the head is {human_bytes(size)} at {prec}; --precision q8_0 writes it in about {human_bytes(q8)}, and "
             "llama-server accepted as many drafts at q8_0 as at f16 on every head shape measured (within 0.3 points: "
             "docs/PRECISION.md)"]
