@@ -15,6 +15,8 @@ their defaults (mlx's CPU BLAS, Linux x86-64; same seed, BLAS and thread count: 
                                                         # dense sliding-window MTP layer
     python scripts/train_tiny_family.py bailing_moe_v3  # Ling-3: KDA + gated-MLA/MoE trunk, one
                                                         # gated-MLA + MoE MTP block
+    python scripts/train_tiny_family.py hy_v3           # Hy3: qk-normed GQA, sigmoid-routed MoE with
+                                                        # a shared expert, one appended MoE MTP layer
 
 GLM-4.5's model has its own settings: scripts/train_tiny_glm.py.
 """
@@ -40,6 +42,7 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "mimo_v2_flash": ("train_mimo_v2_flash", {}),
     "step3p5": ("train_step3p5", {}),
     "bailing_moe_v3": ("train_bailing_moe_v3", {}),
+    "hy_v3": ("train_hy_v3", {}),
 }
 
 

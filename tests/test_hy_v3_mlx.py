@@ -1,4 +1,4 @@
-"""Hy3 (``hy_v3``) and MLX folders, as the tools themselves answer (docs/families/hy_v3.md §5).
+"""Hy3 (``hy_v3``) and MLX folders, as the tools themselves answer (docs/families/hy_v3.md §6).
 
 mtpforge writes no MLX form of Hy3 because no released tool makes an MLX Hy3 folder to put one
 into: mlx-lm (mtpforge's 0.32.2 and MTPLX's pinned 0.31.3, the command MTPLX's own ``forge build``

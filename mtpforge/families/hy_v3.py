@@ -11,7 +11,7 @@ the trunk's. Norms are raw (``w · x̂``), copied as stored. mtpforge writes thi
 only so far (``layouts = ()``): no released tool converts Hy3 to MLX (mlx-lm, mlx-vlm and MTPLX's
 own ``forge build`` all stop at "Model type hy_v3 not supported"), so there is no MLX target to put
 a head into; MTPLX 2.12.2 serves the release folder itself, head included, and refuses a folder that
-declares the head without its tensors (docs/families/hy_v3.md §5, measured).
+declares the head without its tensors (docs/families/hy_v3.md §6, measured).
 """
 
 from __future__ import annotations
