@@ -15,6 +15,9 @@ their defaults (mlx's CPU BLAS, Linux x86-64; same seed, BLAS and thread count: 
                                                         # dense sliding-window MTP layer
     python scripts/train_tiny_family.py bailing_moe_v3  # Ling-3: KDA + gated-MLA/MoE trunk, one
                                                         # gated-MLA + MoE MTP block
+    python scripts/train_tiny_family.py qwen4_exp       # Qwen3.8-Flash-Next: hyper-connections, DeltaNet
+                                                        # and QSA layers; mlx-vlm's model and drafter
+                                                        # (run in mlx-vlm's virtualenv, by itself)
     python scripts/train_tiny_family.py hy_v3           # Hy3: qk-normed GQA, sigmoid-routed MoE with
                                                         # a shared expert, one appended MoE MTP layer
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +47,12 @@ TRAINERS: dict[str, tuple[str, dict[str, Any]]] = {
     "step3p5": ("train_step3p5", {}),
     "bailing_moe_v3": ("train_bailing_moe_v3", {}),
     "hy_v3": ("train_hy_v3", {}),
+    "qwen4_exp": ("train_qwen4_exp", {}),
 }
+
+#: families whose trunk only an MLX runtime models: the trainer runs in that runtime's virtualenv
+#: (scripts/setup_runtimes.py), which this script re-runs itself in
+RUNTIME_OF = {"qwen4_exp": "mlx-vlm"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backbone-steps", type=int, default=None)
     p.add_argument("--head-steps", type=int, default=None)
     a = p.parse_args(argv)
+    runtime = RUNTIME_OF.get(a.family)
+    if runtime is not None and importlib.util.find_spec("mlx_vlm") is None:
+        import subprocess
+
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import setup_runtimes
+
+        if not setup_runtimes.is_ready(runtime):
+            raise SystemExit(f"{a.family} trains in {runtime}'s virtualenv: run python scripts/setup_runtimes.py first")
+        return subprocess.call([str(setup_runtimes.venv_python(runtime)), __file__, *(sys.argv[1:] if argv is None else argv)])
     module, extra = TRAINERS[a.family]
     trainer = importlib.import_module(f"tests.support.synth.{module}")
     given = {k: v for k, v in (("backbone_steps", a.backbone_steps), ("head_steps", a.head_steps)) if v is not None}

@@ -216,6 +216,14 @@ def trained_head_runs(model: Path, qtype: str, pre: str, work: Path, mode: str =
     return measure(trunk), measure(trunk, draft=Path(json.loads(r.stdout)["output"])), trunk
 
 
+def trained_head_beside_converters(model: Path, qtype: str, pre: str, work: Path) -> tuple[dict, dict, dict]:
+    """``trained_head_runs`` on the converter's ``--no-mtp`` trunk, and the converter's own f16
+    ``--mtp`` export beside the same trunk (``graft``): plain, ours, theirs."""
+    plain, ours, trunk = trained_head_runs(model, qtype, pre, work)
+    theirs = measure(trunk, draft=graft(official(model, "mtp", "f16", pre=pre), trunk, work / "official" / "mtp-official.gguf"))
+    return plain, ours, theirs
+
+
 def graft(official_mtp: Path, trunk: Path, dst: Path) -> Path:
     """The official MTP block beside the trunk's own token_embd/output_norm/output: gguf-py
     writes the official file's metadata and MTP tensors with the trunk's three in place of its

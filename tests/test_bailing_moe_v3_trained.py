@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from tests import gguf_env
-from tests.gguf_env import official
 
 pytestmark = pytest.mark.xdist_group(gguf_env.XDIST_GROUP_FAMILIES)
 MODEL = Path(__file__).resolve().parent / "data" / "tiny-bailing_moe_v3-trained"
@@ -37,9 +36,7 @@ def test_the_committed_model_is_ling_3_shaped_and_small() -> None:
 
 @pytest.mark.parametrize("qtype", ["f32", "Q4_K_M"])
 def test_our_head_decodes_as_plain_and_drafts_as_the_converters(qtype: str, tmp_path: Path) -> None:
-    plain, ours, trunk = gguf_env.trained_head_runs(MODEL, qtype, PRE, tmp_path)
-    theirs = gguf_env.measure(trunk, draft=gguf_env.graft(official(MODEL, "mtp", "f16", pre=PRE), trunk,
-                                                          tmp_path / "official" / "mtp-official.gguf"))
+    plain, ours, theirs = gguf_env.trained_head_beside_converters(MODEL, qtype, PRE, tmp_path)
     assert ours["tokens"] == plain["tokens"]
     assert ours["drafted"] > 300 and ours["acceptance"] >= ACCEPTANCE_FLOOR, ours["acceptance"]
     assert (ours["drafted"], ours["accepted"]) == (theirs["drafted"], theirs["accepted"])

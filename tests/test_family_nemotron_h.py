@@ -16,13 +16,14 @@ its plain decode; the bundled decoder's hybrid head (decoder/hybrid.py, mlx-lm's
 from __future__ import annotations
 
 import json
+import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests import mlx_judged as judged
+from tests import mlx_vlm_judged as vlm
 
 EXAMPLE = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
 
@@ -130,57 +131,12 @@ def test_the_mlx_lm_1533_form_loads_in_mtplx_and_leaves_released_mlx_lm_as_it_wa
     assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
 
 
-#: mlx-vlm 0.7.10's own loader and decode loop on a drafter folder: ``load_drafter(kind="mtp")``
-#: (every parameter of its drafter against the tensor the folder stores for it), then
-#: ``stream_generate`` greedy, plain and with the drafter, on 16 prompts x 24 tokens; with a third
-#: argument, the drafter mlx-vlm's ``NemotronHMTPSplitter`` builds from that source folder too
-VLM_PROBE = """
-import json, random, sys
-sys.path.insert(0, sys.argv[3])
-import standins
-from pathlib import Path
-import mlx.core as mx
-from mlx.utils import tree_flatten
-from mlx_vlm import load
-from mlx_vlm.generate import stream_generate
-from mlx_vlm.speculative.drafters import load_drafter
-model, processor = load(sys.argv[1])
-standins.float32_expert_stacks(model)
-draft, kind = load_drafter(sys.argv[2], kind="mtp")
-stored = mx.load(str(Path(sys.argv[2]) / "model.safetensors"))
-params = dict(tree_flatten(draft.parameters()))
-same = lambda a, b: a.dtype == b.dtype and a.shape == b.shape and bool(mx.array_equal(a, b).item())
-out = {"kind": kind, "drafter": type(draft).__name__, "params": len(params), "stored": len(stored),
-       "missing": sorted(k for k in params if k not in stored), "unused": sorted(k for k in stored if k not in params),
-       "unequal": sorted(k for k, v in params.items() if k in stored and not same(v, stored[k]))}
-if len(sys.argv) > 4:
-    theirs = dict(tree_flatten(load_drafter(sys.argv[4], kind="mtp")[0].parameters()))
-    out["vs_theirs"] = sorted(k for k in set(params) | set(theirs) if k not in params or k not in theirs
-                              or not same(params[k], theirs[k]))
-standins.float32_expert_stacks(draft)
-random.seed(0)
-prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]] + [
-    [random.randrange(3, 500) for _ in range(random.randrange(1, 12))] for _ in range(13)]
-dec = lambda ids, **kw: [int(r.token) for r in stream_generate(model, processor, "", input_ids=mx.array([ids]),
-                                                               max_tokens=24, temperature=0.0, **kw)]
-plain, mtp, drafted, accepted = [dec(p) for p in prompts], [], 0, 0
-for p in prompts:
-    mtp.append(dec(p, draft_model=draft, draft_kind="mtp"))
-    drafted, accepted = drafted + sum(draft.draft_lens), accepted + sum(draft.accept_lens)
-print(json.dumps({**out, "drafted": drafted, "accepted": accepted, "identical": mtp == plain,
-                  "differ": [i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b]}))
-"""
-
-
 def _mlx_vlm_probe(target: Path, drafter: Path, *theirs: Path) -> dict:
-    from tests import external
-
-    external.require("mlx-vlm", judged.setup_runtimes.is_ready("mlx-vlm"),
-                     f"no virtualenv at {judged.setup_runtimes.venv_dir('mlx-vlm')}")
-    r = subprocess.run([str(judged.setup_runtimes.venv_python("mlx-vlm")), "-c", VLM_PROBE, str(target), str(drafter),
-                        str(judged.DRIVERS), *map(str, theirs)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    """mlx-vlm's loader and decode loop (``mlx_vlm_judged.probe``) on 16 prompts x 24 tokens."""
+    rng = random.Random(0)
+    prompts = [[5, 17, 99, 230, 12], [40, 41, 42], [300, 301, 7, 8, 9, 10]] + [
+        [rng.randrange(3, 500) for _ in range(rng.randrange(1, 12))] for _ in range(13)]
+    return vlm.probe(target, drafter, *theirs, prompts=prompts, tokens=24)
 
 
 @pytest.mark.xdist_group("conformance")

@@ -16,71 +16,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests import external
 from tests import mlx_judged as judged
+from tests import mlx_vlm_judged as vlm
 
 EXAMPLE = "Qwen/Qwen3.8-Flash-Next"
 HEAD_TENSORS = 31
-
-#: mlx-vlm 0.7.10's own convert, in its virtualenv (argv: source, output)
-VLM_CONVERT = """
-import contextlib, io, sys
-from mlx_vlm.convert import convert
-with contextlib.redirect_stdout(io.StringIO()):
-    convert(sys.argv[1], sys.argv[2], quantize=True, q_group_size=32, q_bits=4, dtype="float32")
-"""
-
-#: mlx-vlm 0.7.10's loader and decode loop on a drafter folder: ``load_drafter(kind="mtp")``
-#: (every parameter of its drafter against the tensor the folder stores for it), then
-#: ``stream_generate`` greedy, plain and with the drafter, on 4 prompts x 32 tokens; with a
-#: fourth argument, the drafter mlx-vlm's ``Qwen4ExpMTPSplitter`` builds from that source folder
-VLM_PROBE = """
-import json, sys
-sys.path.insert(0, sys.argv[3])
-import standins
-from pathlib import Path
-import mlx.core as mx
-from mlx.utils import tree_flatten
-from mlx_vlm import load
-from mlx_vlm.generate import stream_generate
-from mlx_vlm.speculative.drafters import load_drafter
-model, processor = load(sys.argv[1])
-standins.float32_expert_stacks(model)
-draft, kind = load_drafter(sys.argv[2], kind="mtp")
-stored = mx.load(str(Path(sys.argv[2]) / "model.safetensors"))
-params = dict(tree_flatten(draft.parameters()))
-same = lambda a, b: a.dtype == b.dtype and a.shape == b.shape and bool(mx.array_equal(a, b).item())
-out = {"kind": kind, "drafter": type(draft).__name__, "params": len(params), "stored": len(stored),
-       "missing": sorted(k for k in params if k not in stored), "unused": sorted(k for k in stored if k not in params),
-       "unequal": sorted(k for k, v in params.items() if k in stored and not same(v, stored[k]))}
-if len(sys.argv) > 4:
-    theirs = dict(tree_flatten(load_drafter(sys.argv[4], kind="mtp")[0].parameters()))
-    out["theirs"] = len(theirs)
-    out["vs_theirs"] = sorted(k for k in set(params) | set(theirs) if k not in params or k not in theirs
-                              or not same(params[k], theirs[k]))
-standins.float32_expert_stacks(draft)
-prompts = [[15, 17, 99, 230, 12], [300, 301, 7, 8, 9, 10], [40, 41, 42, 43], [200, 100, 50, 25, 12, 6, 3]]
-dec = lambda ids, **kw: [int(r.token) for r in stream_generate(model, processor, "", input_ids=mx.array([ids]),
-                                                               max_tokens=32, temperature=0.0, **kw)]
-plain, mtp, drafted, accepted = [dec(p) for p in prompts], [], 0, 0
-for p in prompts:
-    mtp.append(dec(p, draft_model=draft, draft_kind="mtp"))
-    drafted, accepted = drafted + sum(draft.draft_lens), accepted + sum(draft.accept_lens)
-print(json.dumps({**out, "drafted": drafted, "accepted": accepted, "identical": mtp == plain,
-                  "tokens": sum(map(len, plain)), "differ": [i for i, (a, b) in enumerate(zip(mtp, plain)) if a != b]}))
-"""
-
-
-def _vlm(script: str, *args: Path) -> subprocess.CompletedProcess[str]:
-    external.require("mlx-vlm", judged.setup_runtimes.is_ready("mlx-vlm"),
-                     f"no virtualenv at {judged.setup_runtimes.venv_dir('mlx-vlm')}")
-    return subprocess.run([str(judged.setup_runtimes.venv_python("mlx-vlm")), "-c", script, *map(str, args)],
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +33,7 @@ def qwen4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("qwen4_exp")
     src = build_qwen4_exp(root / "tiny-qwen4_exp")
-    mlx = root / "tiny-qwen4_exp-4bit"
-    r = _vlm(VLM_CONVERT, src, mlx)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return {"root": root, "src": src, "mlx": mlx}
-
-
-def _probe(target: Path, drafter: Path, *theirs: Path) -> dict:
-    r = _vlm(VLM_PROBE, target, drafter, judged.DRIVERS, *theirs)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return {"root": root, "src": src, "mlx": vlm.convert(src, root / "tiny-qwen4_exp-4bit")}
 
 
 def test_the_tiny_release_has_the_heads_31_tensors_and_mlx_vlm_convert_drops_them(qwen4) -> None:
@@ -143,7 +78,7 @@ def test_mlx_vlm_drafts_with_the_drafter_mtpforge_writes(qwen4) -> None:
     quantized = {k[: -len(".scales")] for k in keys if k.endswith(".scales")}
     assert quantized == weights - {"layers.0.mlp.gate", "layers.0.mlp.shared_expert_gate"}, weights - quantized
     assert "layers.0.mlp.switch_mlp.gate_proj.weight" in keys and not [k for k in keys if "experts." in k]
-    got = _probe(qwen4["mlx"], drafter)
+    got = vlm.probe(qwen4["mlx"], drafter)
     assert got["kind"] == "mtp" and got["drafter"] == "Qwen4ExpMTPDraftModel", got
     assert got["params"] == got["stored"] == len(keys) and not (got["missing"] or got["unused"] or got["unequal"]), got
     assert got["drafted"] > 0 and got["identical"], got
@@ -174,7 +109,7 @@ def test_the_bf16_drafter_is_the_one_mlx_vlm_builds_from_the_whole_source(qwen4)
     folder = qwen4["root"] / "vlm-bf16"
     shutil.copytree(qwen4["mlx"], folder)
     judged.add_mtp(qwen4["src"], folder, "--runtime", "mlx-vlm", "--precision", "bf16")
-    got = _probe(qwen4["mlx"], folder.parent / f"{folder.name}-mtp-drafter", qwen4["src"])
+    got = vlm.probe(qwen4["mlx"], folder.parent / f"{folder.name}-mtp-drafter", qwen4["src"])
     assert got["params"] == got["theirs"] == 32 and got["vs_theirs"] == [], got
     assert not (got["missing"] or got["unused"] or got["unequal"]), got
     assert got["drafted"] > 0 and got["identical"], got

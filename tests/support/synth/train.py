@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -28,9 +28,11 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from mtpforge.decoder.head import MTPHead
 from .config import EOS_ID, tiny_config
 from .tokenizer import default_corpus
+
+if TYPE_CHECKING:  # the loop and the corpus also serve trainers run where mtpforge's decoder (mlx-lm) is not
+    from mtpforge.decoder.head import MTPHead
 
 #: Bundled variants: folder name -> synthetic variant. The MoE one is Qwen3.6-style (fused
 #: experts in the head too); its config is indistinguishable from Qwen3.5 MoE.
@@ -295,6 +297,8 @@ def train(
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     _log(f"{name}: backbone {n_params} parameters", log)
     b_losses, b_sec = train_backbone(model, stream, settings, log)
+    from mtpforge.decoder.head import MTPHead
+
     head = MTPHead("qwen3_5", text_args(model), 1)  # qwen3_5_moe builds the same layer class
     # The head's SwiGLU starts in its nonlinear regime. With unit-gain inputs a tiny head's gate
     # and up activations stay small, where silu(g)*u ~ g*u/2 ~ silu(u)*g: a conversion that swaps

@@ -138,6 +138,8 @@ class Feed:
     hidden: Callable[[nn.Module, mx.array], mx.array] = trunk_hidden
     teacher: Callable[[nn.Module, mx.array], mx.array] = lambda model, h: model.lm_head(h)  # noqa: E731
     own_output: bool = False
+    #: the trunk's embedding of the tokens beside the hidden state
+    embed: Callable[[nn.Module, mx.array], mx.array] = trunk_embed
 
     def logits(self, model: nn.Module, head: nn.Module, h: mx.array, e: mx.array) -> mx.array:
         out = head(h, e)
@@ -154,7 +156,7 @@ def head_loss(model: nn.Module, head: nn.Module, batch: mx.array, settings: GlmT
     distribution (its logits at t+1) plus a little cross-entropy on the data."""
     h = mx.stop_gradient(feed.hidden(model, batch))
     teacher = mx.stop_gradient(feed.teacher(model, h[:, 1:]))
-    e = mx.stop_gradient(trunk_embed(model, batch[:, 1:]))
+    e = mx.stop_gradient(feed.embed(model, batch[:, 1:]))
     logits = feed.logits(model, head, h[:, :-1], e)
     logp = nn.log_softmax(logits, axis=-1)
     distill = -(mx.softmax(teacher, axis=-1) * logp).sum(axis=-1).mean()
@@ -210,14 +212,15 @@ def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
 
 
 def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48,
-                     feed: Feed = POST_NORM) -> dict[str, Any]:
+                     feed: Feed = POST_NORM, greedy: Callable[[nn.Module, Sequence[int], int], list[int]] = greedy
+                     ) -> dict[str, Any]:
     """Depth-1 greedy acceptance along the greedy path (a draft of x[t+2] from h[t], x[t+1] is
     accepted iff it equals the greedy token): what llama-server's draft counters measure."""
     drafted = accepted = 0
     for prompt in prompts:
         seq = mx.array([list(prompt) + greedy(model, prompt, n_new)])
         h = feed.hidden(model, seq)
-        drafts = mx.argmax(feed.logits(model, head, h[:, :-1], trunk_embed(model, seq[:, 1:])), axis=-1)[0]
+        drafts = mx.argmax(feed.logits(model, head, h[:, :-1], feed.embed(model, seq[:, 1:])), axis=-1)[0]
         p = len(prompt)
         d, want = np.array(drafts[p - 1 : seq.shape[1] - 2]), np.array(seq[0, p + 1 :])
         drafted += len(want)
