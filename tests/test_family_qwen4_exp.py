@@ -115,11 +115,64 @@ def test_the_bf16_drafter_is_the_one_mlx_vlm_builds_from_the_whole_source(qwen4)
     assert got["drafted"] > 0 and got["identical"], got
 
 
-def test_add_mtp_from_the_hub_fetches_only_the_heads_bytes(qwen4, hub, tmp_path: Path) -> None:
-    """From the (loopback) Hub only the 31 ``mtp.*`` tensors come over the wire (<= 1.01x their
-    bytes); the drafter equals the one written from the local source, byte for byte."""
-    repo, _ = hub.publish(qwen4["src"])
-    head = sum(v.nbytes for k, v in judged.source_tensors(qwen4["src"]).items() if k.startswith("mtp."))
+#: mlx-vlm's own dequantization of the FP8 release's MTP experts (``mlx_vlm.fp8``), stacked per
+#: projection, against the drafter's stacks (argv: source, drafter folder)
+VLM_FP8_EXPERTS = """
+import glob, json, sys
+import mlx.core as mx
+from mlx_vlm.fp8 import _dequantize_fp8_weight
+src, drafter = sys.argv[1], sys.argv[2]
+w = {}
+for f in glob.glob(src + "/*.safetensors"):
+    w.update({k: v for k, v in mx.load(f).items() if k.startswith("mtp.layers.0.mlp.experts.")})
+ours = mx.load(drafter + "/model.safetensors")
+n = len({k.split(".")[5] for k in w})
+out = {}
+for proj in ("gate_proj", "up_proj", "down_proj"):
+    p = "mtp.layers.0.mlp.experts.{}." + proj + ".weight"
+    deq = mx.stack([_dequantize_fp8_weight(w[p.format(e)], w[p.format(e) + "_scale_inv"]) for e in range(n)])
+    mine = ours["layers.0.mlp.switch_mlp." + proj + ".weight"]
+    out[proj] = bool(mx.array_equal(deq.astype(mine.dtype), mine)) and mine.shape == deq.shape
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.xdist_group("conformance")
+def test_an_fp8_release_gives_the_drafter_its_experts_as_mlx_vlm_dequantizes_them(qwen4, tmp_path: Path) -> None:
+    """The FP8 release (experts one by one, block-FP8 with ``weight_scale_inv``, as mlx-vlm's
+    ``convert_qwen4_exp_fp8_weights`` reads it): add-mtp ``--runtime mlx-vlm`` into the 4-bit
+    target writes a drafter mlx-vlm loads (every parameter a stored tensor) and decodes with
+    exactly as plain; at ``--precision bf16`` its expert stacks are mlx-vlm's own dequantization
+    of the FP8 experts, cast to bf16, bit for bit, and every other parameter equals the drafter
+    mlx-vlm's splitter builds from the same release (whose experts it keeps as MXFP8)."""
+    from tests.support.synth.qwen4_exp import build_qwen4_exp_fp8
+
+    src = build_qwen4_exp_fp8(tmp_path / "fp8")
+    for precision in ("match", "bf16"):
+        folder = tmp_path / precision
+        shutil.copytree(qwen4["mlx"], folder)
+        judged.add_mtp(src, folder, "--runtime", "mlx-vlm", "--precision", precision)
+        drafter = tmp_path / f"{precision}-mtp-drafter"
+        got = vlm.probe(qwen4["mlx"], drafter, *((src,) if precision == "bf16" else ()))
+        assert got["identical"] and got["drafted"] > 0, got
+        assert got["params"] == got["stored"] and not (got["missing"] or got["unused"] or got["unequal"]), got
+    r = vlm.run(VLM_FP8_EXPERTS, src, drafter)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout) == {"gate_proj": True, "up_proj": True, "down_proj": True}
+    experts = {f"layers.0.mlp.switch_mlp.{p}.{a}" for p in ("gate_proj", "up_proj", "down_proj") for a in ("weight", "scales")}
+    assert set(got["vs_theirs"]) == experts, got["vs_theirs"]
+
+
+@pytest.mark.parametrize("release", ["bf16", "fp8"])
+def test_add_mtp_from_the_hub_fetches_only_the_heads_bytes(qwen4, hub, tmp_path: Path, release: str) -> None:
+    """From the (loopback) Hub only the ``mtp.*`` tensors come over the wire (<= 1.01x their
+    bytes: the 31 of the bf16 release, the FP8 release's experts one by one with their scales);
+    the drafter equals the one written from the local source, byte for byte."""
+    from tests.support.synth.qwen4_exp import build_qwen4_exp_fp8
+
+    src = qwen4["src"] if release == "bf16" else build_qwen4_exp_fp8(tmp_path / "fp8")
+    repo, _ = hub.publish(src)
+    head = sum(v.nbytes for k, v in judged.source_tensors(src).items() if k.startswith("mtp."))
     folder, local = tmp_path / "hub", tmp_path / "local"
     shutil.copytree(qwen4["mlx"], folder)
     shutil.copytree(qwen4["mlx"], local)
@@ -128,7 +181,7 @@ def test_add_mtp_from_the_hub_fetches_only_the_heads_bytes(qwen4, hub, tmp_path:
     assert r.code == 0, r.stderr
     fetched = hub.tensor_bytes(repo)
     assert 0 < fetched <= 1.01 * head and r.json["fetched_bytes"] == fetched, (fetched, head)
-    judged.add_mtp(qwen4["src"], local, "--runtime", "mlx-vlm")
+    judged.add_mtp(src, local, "--runtime", "mlx-vlm")
     ours, theirs = (p.parent / f"{p.name}-mtp-drafter" / "model.safetensors" for p in (folder, local))
     assert ours.read_bytes() == theirs.read_bytes()
 

@@ -7,7 +7,8 @@ two projections (``fc_embedding``, and ``fc_hidden`` applied to each stream afte
 all of them, ``pre_fc_norm_hidden`` [hc·H]), runs one Qwen Sparse Attention + MoE decoder layer
 whose residuals are gated hyper-connections (no RMSNorm of its own), and folds the streams with
 its own ``hyper_connection_mixer`` before the trunk's ``lm_head``. The experts are fused stacks
-in the release (Qwen3.6's spelling); the drafter stacks them per projection.
+in the bf16 release (Qwen3.6's spelling) and one by one, block-FP8, in the FP8 release (what
+mlx-vlm's ``convert_qwen4_exp_fp8_weights`` reads); the drafter stacks them per projection.
 
 MLX: the one runtime that drafts it is mlx-vlm (0.7.10: drafter ``qwen4_exp_mtp``), from a
 separate drafter folder; mlx-lm has no ``qwen4_exp`` model. Its RMSNorms apply ``(1 + w)`` to
@@ -103,7 +104,7 @@ QWEN4_EXP = FamilySpec(
     head_rows=HEAD_ROWS,
     layer_rows=LAYER_ROWS,
     mlp_rows=MOE_SHARED_ROWS,
-    expert_rows={f: EXPERT_ROWS[f] for f in ("fused", "switch_mlp")},
+    expert_rows={f: EXPERT_ROWS[f] for f in ("per-expert", "fused", "switch_mlp")},
     norm_roles=frozenset(),
     norm_offset=0.0,
     hf_head_prefix="mtp.",

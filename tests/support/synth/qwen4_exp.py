@@ -224,3 +224,38 @@ def build_qwen4_exp(out_dir: str | Path, *, seed: int = 0, n_shards: int = 3, **
         out = write_family_checkpoint(out_dir, config, tensors, Path(tmp), n_shards=n_shards, mtp_shards=2)
     write_generation_config(out, {**config, "eos_token_id": [EOS]})
     return out
+
+
+def unfused_experts(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
+    """The fused expert stacks one expert at a time (``experts.{e}.{gate,up,down}_proj.weight``),
+    as the FP8 release stores them (mlx-vlm's ``convert_qwen4_exp_fp8_weights`` reads that)."""
+    out: dict[str, mx.array] = {}
+    for k, v in tensors.items():
+        if k.endswith(".experts.gate_up_proj"):
+            p, im = k[: -len("gate_up_proj")], v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{p}{e}.gate_proj.weight"], out[f"{p}{e}.up_proj.weight"] = v[e, :im], v[e, im:]
+        elif k.endswith(".experts.down_proj"):
+            out.update({f"{k[: -len('down_proj')]}{e}.down_proj.weight": v[e] for e in range(v.shape[0])})
+        else:
+            out[k] = v
+    return out
+
+
+def build_qwen4_exp_fp8(out_dir: str | Path, *, seed: int = 0) -> Path:
+    """The FP8 release of the same tiny model (``seed``): every expert one by one, block-FP8 with
+    its ``weight_scale_inv`` (128x128 blocks), the rest as in the bf16 release, and the
+    ``quantization_config`` that says so. Which tensors the real FP8 release quantizes is read in
+    mlx-vlm's converter (experts, and the per-layer embeddings this tiny model lacks), not in a
+    downloaded checkpoint."""
+    from .fp8 import to_block_fp8
+
+    config = tiny_config()
+    tensors = unfused_experts(random_tensors(tensor_specs(config), seed=seed, float32=("A_log",)))
+    out = Path(out_dir)
+    with scratch_dir() as tmp:
+        build_family_tokenizer(Path(tmp), TRAINED_VOCAB, (), eos="<|im_end|>")
+        bf16 = write_family_checkpoint(Path(tmp) / "bf16", config, tensors, Path(tmp), n_shards=3, mtp_shards=2)
+        write_generation_config(bf16, {**config, "eos_token_id": [EOS]})
+        return to_block_fp8(bf16, out, fp8=lambda name: ".mlp.experts." in name, announce=True)
+
