@@ -313,30 +313,52 @@ GGUF_DEFAULT_PRECISION = "f16"
 PRECISION_TABLE = "head_precision.json"
 
 
+#: a head this large at its default precision gets a note on a smaller one (a giant MoE head is
+#: 10-25 GB at f16 / bf16, held in memory beside the model)
+LARGE_HEAD = 2 << 30
+
+
+def _precision_row(family: str) -> tuple[str, dict[str, Any]] | tuple[None, None]:
+    """The measured row of the family's head shape (docs/PRECISION.md), if there is one."""
+    import json
+    from importlib import resources
+
+    path = resources.files("mtpforge").joinpath("data", PRECISION_TABLE)
+    if not path.is_file():
+        return None, None
+    table = json.loads(path.read_text(encoding="utf-8"))
+    return next(((k, r) for k, r in table["shapes"].items() if family in r["families"]), (None, None))
+
+
+def measured_at(family: str, bits: int) -> Optional[str]:
+    """What the trained tiny head of the family's shape drafted at ``bits`` against bf16 in MLX,
+    in words; None where that shape or width was not measured."""
+    shape, row = _precision_row(family)
+    mlx = row["mlx"] if row is not None else {}
+    if str(bits) not in mlx:
+        return None
+    return f"{shape} heads measured {mlx[str(bits)]['acceptance']:.1%} at {bits}-bit against {mlx['bf16']['acceptance']:.1%} as bf16"
+
+
 def precision_note(family: str, precision: str | int | None, matched_bits: int | None = None) -> Optional[str]:
     """A note when the head gets fewer bits than the measured knee of the family's head shape:
     asked for (``--precision BITS``), or by default, matching a target quantized below the knee
     (``matched_bits``: the common 4-bit folder, where the dense and MoE heads measured 3-7 points
     under a full one). None: no bits, the family's shape unmeasured, or at or above the knee."""
-    import json
-    from importlib import resources
-
-    path = resources.files("mtpforge").joinpath("data", PRECISION_TABLE)
     matched = not isinstance(precision, int) and matched_bits is not None
     if matched:
         precision = matched_bits
-    if not isinstance(precision, int) or not path.is_file():
+    if not isinstance(precision, int):
         return None
-    table = json.loads(path.read_text(encoding="utf-8"))
-    shape, row = next(((k, r) for k, r in table["shapes"].items() if family in r["families"]), (None, None))
+    shape, row = _precision_row(family)
     if row is None or row["knee_bits"] is None or precision >= row["knee_bits"]:
         return None
     mlx = row["mlx"]
     at = f", {mlx[str(precision)]['acceptance']:.1%} at {precision}-bit" if str(precision) in mlx else ""
     if matched:  # the default path: short, it is what most users see
-        return (f"the head matches the target's {precision} bits; {shape} heads measured {mlx[str(precision)]['acceptance']:.1%} "
-                f"at {precision}-bit against {mlx['bf16']['acceptance']:.1%} as bf16 (docs/PRECISION.md): "
-                f"pass --precision {row['knee_bits']} or more to keep the drafts") if str(precision) in mlx else None
+        measured = measured_at(family, precision)
+        return (f"the head matches the target's {precision} bits; {measured} (docs/PRECISION.md): "
+                f"pass --precision {row['knee_bits']} or more to keep the drafts") if measured else None
     what = f"--precision {precision} is"
     return (f"{what} below the measured knee of this head's shape ({shape}: {row['knee_bits']}-bit): "
             f"on the trained tiny model of that shape acceptance was {mlx['bf16']['acceptance']:.1%} with a bf16 head{at} "

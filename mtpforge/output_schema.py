@@ -66,6 +66,8 @@ class AddMtpOutput(_Out):
     revision: Optional[str] = Field(description="Resolved commit sha; null for a local source.")
     manifest: str
     status: Optional[Literal["written", "already-present", "planned"]] = None
+    precision: Optional[str] = Field(None, description="The head's precision in --precision's words (match resolved: "
+                                     "bf16, float16 or the bits; a GGUF head: its ggml type).")
 
 
 class VerifyOutput(_Out):

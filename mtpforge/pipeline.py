@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, load_catalogue
@@ -20,7 +20,7 @@ from .convert import scan_head, write_plan
 from .errors import InputError, MtpforgeError, RefusedError
 from .families.detect import detect_family
 from .families import FAMILIES
-from .headplan import Reader, mtp_layer_count, precision_note
+from .headplan import LARGE_HEAD, Reader, measured_at, mtp_layer_count, precision_note
 from .inputs.index import parse_index
 from .layouts.detect import HeadLocation, is_raw_hf, locate_head
 from .layouts.quant import quant_defaults
@@ -166,11 +166,20 @@ class AddPlan:
             files.append(CARD)  # the model card's MTP head section (a drafter folder has no card)
         return [str(self.dest / f) for f in files]
 
+    @property
+    def precision(self) -> str:
+        """The head's precision in ``--precision``'s words, ``match`` resolved: what to pass to
+        write the same head again (bf16, float16, or the bits)."""
+        chosen, h = str(self.recorded_options["precision"]), self.head
+        if chosen != "match":
+            return chosen
+        return str(h.default_q.bits) if h.default_q is not None else {"bfloat16": "bf16"}.get(h.float_dtype, h.float_dtype)
+
     def result(self) -> AddResult:
         h = self.head
         return AddResult(str(self.target), str(self.output) if self.output else None, h.layout, self.family,
                          h.expert_format, h.mtp_tensors, h.mtp_bytes, self.source.commit, list(self.notes),
-                         str(self.dest / MANIFEST))
+                         str(self.dest / MANIFEST), extra={"precision": self.precision})
 
 
 def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, Any], family: str,
@@ -199,6 +208,11 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
     matched = head.default_q.bits if plain and choice.precision == "match" and head.default_q is not None else None
     if (low := precision_note(family, choice.precision if options.precision is not None else None, matched)) is not None:
         notes.append(low)
+    if plain and options.precision is None and choice.precision in ("bf16", "float16"):
+        notes += _large_head_note(head, lambda: build_plan(
+            family=family, src_config=source.config, tgt_config=target_config, entries=entries, n_layers=n_layers,
+            choice=replace(choice, precision="match"), keep_fc=options.keep_fc_full_precision, experts=options.experts,
+            default_q=head.default_q))
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
                                 "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
     if options.runtime is not None:
@@ -207,6 +221,22 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                    tuple(fetch_list(head, entries)),
                    source.fingerprint or source_fingerprint(source.sizes, entries, source.commit, None), recorded,
                    tuple(notes))
+
+
+def _large_head_note(head: Plan, matched: Callable[[], Plan]) -> list[str]:
+    """A note when a default float head is large beside a quantized target: it is held in memory
+    beside the model, and at the target's bits (``matched``: the same plan at ``match``) it is a
+    fraction of the size, at the cost in drafts measured on the trained tiny heads (the MLA
+    shape of the DeepSeek giants lost none at 4 bits: docs/PRECISION.md)."""
+    if head.default_q is None or head.mtp_bytes <= LARGE_HEAD:
+        return []
+    from .render import human_bytes
+
+    bits, small = head.default_q.bits, matched().mtp_bytes
+    measured = measured_at(head.family, bits)
+    return [f"the head is {human_bytes(head.mtp_bytes)} as {head.float_dtype}, held in memory beside the model; "
+            f"--precision match writes it at the target's {bits} bits in about {human_bytes(small)}"
+            + (f" ({measured}: docs/PRECISION.md)" if measured else "")]
 
 
 def plan_add_mtp(options: AddOptions, *, progress: bool = True) -> "AddPlan | GgufAddPlan":

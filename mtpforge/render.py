@@ -89,7 +89,7 @@ def render_add(r: dict[str, Any], console: Console) -> None:
         console.print("[green]already present[/green]: the head from this source and options is in place; nothing to do",
                       soft_wrap=True)
     planned = bool(r.get("dry_run"))
-    keys = ("layout", "expert_format", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_requests",
+    keys = ("layout", "expert_format", "precision", "mtp_tensors", "mtp_bytes", "fetch_tensors", "fetch_bytes", "fetch_requests",
             "fetch_files", "revision", "peak_memory_estimate") if planned else \
         ("layout", "expert_format", "precision", "mtp_tensors", "mtp_bytes", "fetched_bytes", "revision", "manifest", "run")
     labels = {"expert_format": "expert format", "mtp_tensors": "MTP tensors",
@@ -106,6 +106,8 @@ def render_add(r: dict[str, Any], console: Console) -> None:
                 v = "\n".join(map(str, v))
             elif k.endswith("bytes") or k == "peak_memory_estimate":
                 v = human_bytes(v)
+            elif k == "precision" and str(v).isdigit():
+                v = f"{v}-bit"
             rows.append((labels.get(k, k), v))
     files = r.get("files_written") or r.get("files_to_write") or []
     if files or not present:

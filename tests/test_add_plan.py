@@ -83,7 +83,7 @@ def test_one_plan_and_execute_for_every_output_format(synth, make_target, tmp_pa
 
 #: the keys docs/CONTRACT.md promises for add-mtp, written and planned
 CONTRACT_KEYS = {"target", "output", "layout", "family", "expert_format", "mtp_tensors", "mtp_bytes", "revision", "notes",
-                 "fetched_bytes", "manifest", "status", "files_written"}
+                 "fetched_bytes", "manifest", "status", "files_written", "precision"}
 DRY_RUN_KEYS = {"dry_run", "files_to_write", "fetch_bytes", "fetch_tensors", "fetch_files", "fetch_requests",
                 "peak_memory_estimate"}
 
@@ -150,3 +150,34 @@ def test_a_large_gguf_head_at_the_default_precision_is_told_what_q8_0_would_writ
     [note] = notes()
     assert "--precision q8_0" in note and f"about {human_bytes(q8.report['mtp_bytes'])}" in note, note
     assert notes(precision="f16") == [] and q8.report["notes"] == []
+
+
+def test_a_large_mlx_head_at_the_default_bf16_is_told_what_the_targets_bits_would_write(
+        synth, make_target, monkeypatch) -> None:
+    """Plain add-mtp writes MoE heads as bf16 beside a 4-bit target: a giant's is 20 GB or more,
+    held in memory beside the model, so the plan says what ``--precision match`` would write (the
+    size that plan has) and what that cost in drafts on the trained tiny head of the shape; a
+    precision the user chose, a runtime's own choice, or a head under the line gets no such note."""
+    from mtpforge import pipeline
+    from mtpforge.cells import human_bytes
+    from mtpforge.headplan import measured_at
+    from mtpforge.pipeline import plan_add_mtp
+
+    hf, target = synth.hf("qwen3_5_moe"), make_target("qwen3_5_moe")
+
+    def plan(**kw: object) -> pipeline.AddPlan:
+        return plan_add_mtp(AddOptions.parse(source=str(hf), target=str(target), **kw), progress=False)
+
+    assert plan().notes == ()  # a tiny head is under the line
+    monkeypatch.setattr(pipeline, "LARGE_HEAD", 1)
+    default, matched = plan(), plan(precision="match")
+    bits = default.head.default_q.bits
+    [note] = [n for n in default.notes if "held in memory" in n]
+    assert default.head.float_dtype == "bfloat16" and matched.head.mtp_bytes < default.head.mtp_bytes
+    # the report says which, in --precision's words (match resolved to the target's bits)
+    assert (default.result().as_dict()["precision"], matched.result().as_dict()["precision"]) == ("bf16", str(bits))
+    assert f"the head is {human_bytes(default.head.mtp_bytes)} as bfloat16" in note, note
+    assert f"--precision match writes it at the target's {bits} bits in about {human_bytes(matched.head.mtp_bytes)}" in note
+    assert measured_at("qwen3_5_moe", bits) in note, note
+    for chosen in ({"precision": "bf16"}, {"runtime": "mtplx"}):
+        assert not [n for n in plan(**chosen).notes if "held in memory" in n], chosen

@@ -32,7 +32,7 @@ from ..families.tables import dims
 from ..inputs.manifest_file import GgufManifestFile, gguf_trunk_files, read_gguf_manifest
 from ..layouts.gguf import GGUF_LAYOUTS, GGUF_MTP, GgufLayout
 from ..model_card import CARD, card_beside, write_atomic
-from ..headplan import fetch_list, peak_memory_estimate, step_bytes
+from ..headplan import LARGE_HEAD, fetch_list, peak_memory_estimate, step_bytes
 from ..options import AddOptions
 from ..progress import Progress
 from ..results import AddResult, DryRunFacts
@@ -178,10 +178,6 @@ def plan_gguf(options: AddOptions, *, progress: bool = True) -> "GgufAddPlan":
     if options.precision in (None, "match"):
         g.report["notes"] += _large_head_note(g.plan, prec)
     return g
-
-
-#: a head this large at the default precision gets a word on q8_0 (a giant MoE head is 10-25 GB at f16)
-LARGE_HEAD = 2 << 30
 
 
 def _large_head_note(plan: list[HeadTensor], prec: str) -> list[str]:
