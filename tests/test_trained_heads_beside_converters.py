@@ -7,7 +7,7 @@ post-norm hidden state, as the family's llama.cpp graph feeds it) drafts what it
 where the families' random or built-to-echo tiny heads accept next to nothing or by construction.
 On the converter's ``--no-mtp`` f32 and Q4_K_M trunks, mtpforge's default (f16) MTP file decodes
 exactly as plain, and llama-server drafts and accepts exactly as with the converter's own f16
-``--mtp`` export beside the same trunk (figures in docs/families/FAMILY.md):
+``--mtp`` export beside the same trunk (figures in each family's page under docs/families/):
 
 - Ling-3 (``bailing_moe_v3``): a KDA layer, a gated-MLA + MoE layer; mlx-lm's own model.
 - Hy3 (``hy_v3``): a dense layer, a sigmoid-routed MoE layer with a shared expert; mlx-lm's

@@ -267,7 +267,7 @@ def summarize(res: dict[str, Any], bare_tokens: list[list[int]] | None) -> dict[
         "identical": (res.get("mtp") == res.get("plain")) if res.get("mtp") is not None else None,
         "backbone_unchanged": (res.get("plain") == bare_tokens) if res.get("plain") is not None
         and bare_tokens is not None else None,
-        "drafted": res.get("drafted"), "accepted": res.get("accepted"),
+        "drafted": res.get("drafted"), "accepted": res.get("accepted"), "depth1_counts": res.get("depth1"),
         "acceptance_runtime": (res["accepted"] / res["drafted"]) if res.get("drafted") else None,
         "error": res.get("error"), "failed_stage": res.get("stage"), "notes": res.get("notes", []),
         "standins": res.get("standins", []), "driver_seconds": res.get("seconds"),
@@ -469,10 +469,12 @@ def run_group(models: Models, runtime: str, family: str, cells: list[Cell], work
         row["passes"] = runtime_verdict(row) != "fails" and (row["identical"] is not False or runtime in HEADLESS)
         row["verdict"] = runtime_verdict(row)
         row["inspect"] = inspect_for(folders[cell.id], runtime)
-        # verify beside the non-Qwen families' drafting cells, where the runtime's counts are held
-        # to it (test_runtimes); beside the Qwen cells' only when asked (VERIFY_ALL_ENV): there
-        # the figure is shown, not judged — tests/test_acceptance.py holds verify's own
-        if (family in OTHER_FAMILIES or (cell.kind == "runtime" and os.environ.get(VERIFY_ALL_ENV) == "1")) \
+        # verify beside the non-Qwen families' drafting cells and mlx-vlm's (its one-draft-a-round
+        # counts), where the runtime's counts are held to it (test_runtimes); beside the other Qwen
+        # cells' only when asked (VERIFY_ALL_ENV): there the figure is shown, not judged —
+        # tests/test_acceptance.py holds verify's own
+        if (family in OTHER_FAMILIES or row.get("depth1_counts") is not None
+                or (cell.kind == "runtime" and os.environ.get(VERIFY_ALL_ENV) == "1")) \
                 and row["loads"] and runtime not in HEADLESS:
             row.update(verify_figures(Path(entry_folder(entries, cell.id))))
         if bare.get("tokens") is None:

@@ -1,7 +1,8 @@
 """mlx-vlm 0.7.10 driver: ``mlx_vlm.load`` for the target, ``load_drafter(kind="mtp")`` for the
 drafter folder, and ``mlx_vlm.generate.stream_generate`` (plain, and with ``draft_model``: its
 speculative MTP rounds). The runtime's acceptance is the drafter's own
-``sum(accept_lens) / sum(draft_lens)``."""
+``sum(accept_lens) / sum(draft_lens)``, at the drafter's own block size and again at one draft a
+round (``depth1``), which is what verify counts."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ def cell(spec: dict[str, Any], entry: dict[str, Any], out: dict[str, Any]) -> No
             accepted += sum(draft.accept_lens)
             drafted += sum(draft.draft_lens)
         out.update(mtp=mtp, drafted=drafted, accepted=accepted)
+        # one draft a round (its CLI's --draft-block-size 2): what verify counts at depth 1
+        drafted = accepted = 0
+        for ids in prompts:
+            stage("mtp decode", lambda: _decode(model, processor, ids, n, draft_model=draft, draft_kind="mtp",
+                                                draft_block_size=2))
+            accepted += sum(draft.accept_lens)
+            drafted += sum(draft.draft_lens)
+        out.update(depth1=[accepted, drafted])
 
 
 def bare(spec: dict[str, Any], out: dict[str, Any]) -> None:
