@@ -32,7 +32,7 @@ from .manifest import (UntrustedManifest, apply_undo, build_manifest, edit_recor
                        plan_undo, read_manifest, undo)
 from .options import AddOptions
 from .passes.quantize import QSpec
-from .plan import Plan, build_plan, check_compatible, fetch_list, load_notes, resolve_write, source_bytes
+from .plan import Plan, build_plan, check_compatible, fetch_list, load_notes, load_problems, resolve_write, source_bytes
 from .runtimes import RUNTIMES, OutputFormat
 from .source import SourceBytes, open_source, planned_requests, read_source, source_fingerprint
 from .progress import Progress
@@ -212,7 +212,7 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
         notes += _large_head_note(head, lambda: build_plan(
             family=family, src_config=source.config, tgt_config=target_config, entries=entries, n_layers=n_layers,
             choice=replace(choice, precision="match"), keep_fc=options.keep_fc_full_precision, experts=options.experts,
-            default_q=head.default_q))
+            default_q=head.default_q), lambda plan: load_problems(plan, choice.reader, target_config))
     recorded: dict[str, Any] = {"layout": layout, "precision": str(choice.precision),
                                 "keep_fc_full_precision": options.keep_fc_full_precision, "experts": head.expert_format}
     if options.runtime is not None:
@@ -223,19 +223,25 @@ def make_plan(options: AddOptions, *, target: Path, target_config: Mapping[str, 
                    tuple(notes))
 
 
-def _large_head_note(head: Plan, matched: Callable[[], Plan]) -> list[str]:
+def _large_head_note(head: Plan, matched: Callable[[], Plan],
+                     problems: Callable[[Plan], list[tuple[str, bool, str]]]) -> list[str]:
     """A note when a default float head is large beside a quantized target: it is held in memory
     beside the model, and at the target's bits (``matched``: the same plan at ``match``) it is a
     fraction of the size, at the cost in drafts measured on the trained tiny heads (the MLA
-    shape of the DeepSeek giants lost none at 4 bits: docs/PRECISION.md)."""
+    shape of the DeepSeek giants lost none at 4 bits: docs/PRECISION.md). Where a runtime the
+    plain head is meant for would not load that form (``problems``: MTPLX and exo take a Qwen MoE
+    head at the model's bits only in their own templates), the note names ``--runtime`` for it."""
     if head.default_q is None or head.mtp_bytes <= LARGE_HEAD:
         return []
     from .render import human_bytes
 
-    bits, small = head.default_q.bits, matched().mtp_bytes
+    small = matched()
+    bits, refused = head.default_q.bits, sorted({name for name, meant, _ in problems(small) if meant})
     measured = measured_at(head.family, bits)
+    how = ("--precision match writes it" if not refused else
+           " or ".join(f"--runtime {r}" for r in refused) + " writes it, in the form that runtime loads,")
     return [f"the head is {human_bytes(head.mtp_bytes)} as {head.float_dtype}, held in memory beside the model; "
-            f"--precision match writes it at the target's {bits} bits in about {human_bytes(small)}"
+            f"{how} at the target's {bits} bits in about {human_bytes(small.mtp_bytes)}"
             + (f" ({measured}: docs/PRECISION.md)" if measured else "")]
 
 

@@ -364,27 +364,33 @@ def _planned_facts(plan: Plan) -> HeadFacts:
     return HeadFacts(plan.family, precisions, plan.default_q)
 
 
-def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any], *, explicit: bool) -> list[str]:
-    """Why the runtime the head is meant for will not load or draft it, and which other runtime's
-    backbone the folder would break (empty: none). Plain add-mtp is meant for every runtime that
-    reads its layout."""
+def load_problems(plan: Plan, reader: str | None, target_config: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """What each MLX runtime's loader will make of the planned head: (runtime, meant, message)
+    for every problem predicted — ``meant``: the head is written for that runtime (plain add-mtp:
+    every runtime that reads its layout), else the problem is another runtime's."""
     meant = {reader} if reader is not None else \
         {r.name for r in RUNTIMES.values()
          if (plan.layout in r.layouts_for(plan.family) or not r.layouts) and plan.family not in r.no_mtp}
     pl = plan.placement
     placed = Placed(plan.layout, plan.expert_format, loads_in_mlx_lm_glob(pl.file) and not pl.separate_folder,
                     frozenset(target_config))
-    facts, notes = _planned_facts(plan), []
-    for row in RUNTIMES.values():
-        if row.output_format != OutputFormat.MLX_FOLDER:
-            continue
-        for p in predict(row, facts, placed):
-            if row.name in meant:
-                how = (f"pass --runtime {row.name} to write what it loads" if explicit
-                       else "--layout / --precision / --experts override what it loads")
-                notes.append(f"will not work in {row.name}: {p.message} ({how})")
-            elif p.code in BACKBONE_HARM:
-                notes.append(f"breaks {row.name}: {p.message} (plain add-mtp writes a folder no runtime's loader minds)")
+    facts = _planned_facts(plan)
+    return [(row.name, row.name in meant, p.message) for row in RUNTIMES.values()
+            if row.output_format == OutputFormat.MLX_FOLDER for p in predict(row, facts, placed)
+            if row.name in meant or p.code in BACKBONE_HARM]
+
+
+def load_notes(plan: Plan, reader: str | None, target_config: Mapping[str, Any], *, explicit: bool) -> list[str]:
+    """Why the runtime the head is meant for will not load or draft it, and which other runtime's
+    backbone the folder would break (empty: none)."""
+    notes = []
+    for name, meant, message in load_problems(plan, reader, target_config):
+        if meant:
+            how = (f"pass --runtime {name} to write what it loads" if explicit
+                   else "--layout / --precision / --experts override what it loads")
+            notes.append(f"will not work in {name}: {message} ({how})")
+        else:
+            notes.append(f"breaks {name}: {message} (plain add-mtp writes a folder no runtime's loader minds)")
     return notes
 
 
@@ -397,4 +403,5 @@ def source_bytes(infos: list[TensorInfo]) -> int:
     return sum(i.nbytes for i in infos)
 
 
-__all__ = ["Plan", "OutModule", "SliceRef", "build_plan", "fetch_list", "resolve_layout", "resolve_write", "check_compatible", "DTYPE_SIZES"]
+__all__ = ["Plan", "OutModule", "SliceRef", "build_plan", "fetch_list", "load_notes", "load_problems", "resolve_layout",
+           "resolve_write", "check_compatible", "DTYPE_SIZES"]

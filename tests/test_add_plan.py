@@ -153,31 +153,41 @@ def test_a_large_gguf_head_at_the_default_precision_is_told_what_q8_0_would_writ
 
 
 def test_a_large_mlx_head_at_the_default_bf16_is_told_what_the_targets_bits_would_write(
-        synth, make_target, monkeypatch) -> None:
+        synth, make_target, tmp_path: Path, monkeypatch) -> None:
     """Plain add-mtp writes MoE heads as bf16 beside a 4-bit target: a giant's is 20 GB or more,
-    held in memory beside the model, so the plan says what ``--precision match`` would write (the
-    size that plan has) and what that cost in drafts on the trained tiny head of the shape; a
-    precision the user chose, a runtime's own choice, or a head under the line gets no such note."""
+    held in memory beside the model, so the plan says what the target's bits would write (the
+    size the ``match`` plan has) and what that cost in drafts on the trained tiny head of the
+    shape. The form it offers must load: DeepSeek-V3.2's plain ``--precision match`` head does in
+    every runtime that drafts it (MTPLX: tests/test_mla_hybrid_trained.py), a Qwen MoE head at
+    the model's bits loads in MTPLX and exo only in their own templates, so there the note names
+    ``--runtime``. A precision the user chose, a runtime's own choice, or a head under the line
+    gets no such note."""
     from mtpforge import pipeline
     from mtpforge.cells import human_bytes
     from mtpforge.headplan import measured_at
     from mtpforge.pipeline import plan_add_mtp
+    from tests.support.synth import convert_to_mlx
 
-    hf, target = synth.hf("qwen3_5_moe"), make_target("qwen3_5_moe")
+    trained = Path(__file__).resolve().parent / "data" / "tiny-deepseek_v32-trained"
+    cases = {"qwen3_5_moe": (synth.hf("qwen3_5_moe"), make_target("qwen3_5_moe"),
+                             "--runtime exo or --runtime mtplx writes it, in the form that runtime loads,"),
+             "deepseek_v32": (trained, convert_to_mlx(trained, tmp_path / "ds-4bit", q_bits=4, q_group_size=64,
+                                                      dtype="float32"), "--precision match writes it")}
+    for family, (hf, target, offer) in cases.items():
+        def plan(**kw: object) -> pipeline.AddPlan:
+            return plan_add_mtp(AddOptions.parse(source=str(hf), target=str(target), **kw), progress=False)
 
-    def plan(**kw: object) -> pipeline.AddPlan:
-        return plan_add_mtp(AddOptions.parse(source=str(hf), target=str(target), **kw), progress=False)
-
-    assert plan().notes == ()  # a tiny head is under the line
-    monkeypatch.setattr(pipeline, "LARGE_HEAD", 1)
-    default, matched = plan(), plan(precision="match")
-    bits = default.head.default_q.bits
-    [note] = [n for n in default.notes if "held in memory" in n]
-    assert default.head.float_dtype == "bfloat16" and matched.head.mtp_bytes < default.head.mtp_bytes
-    # the report says which, in --precision's words (match resolved to the target's bits)
-    assert (default.result().as_dict()["precision"], matched.result().as_dict()["precision"]) == ("bf16", str(bits))
-    assert f"the head is {human_bytes(default.head.mtp_bytes)} as bfloat16" in note, note
-    assert f"--precision match writes it at the target's {bits} bits in about {human_bytes(matched.head.mtp_bytes)}" in note
-    assert measured_at("qwen3_5_moe", bits) in note, note
-    for chosen in ({"precision": "bf16"}, {"runtime": "mtplx"}):
-        assert not [n for n in plan(**chosen).notes if "held in memory" in n], chosen
+        monkeypatch.setattr(pipeline, "LARGE_HEAD", 2 << 30)
+        assert not [n for n in plan().notes if "held in memory" in n]  # a tiny head is under the line
+        monkeypatch.setattr(pipeline, "LARGE_HEAD", 1)
+        default, matched = plan(), plan(precision="match")
+        bits = default.head.default_q.bits
+        [note] = [n for n in default.notes if "held in memory" in n]
+        assert default.head.float_dtype == "bfloat16" and matched.head.mtp_bytes < default.head.mtp_bytes
+        # the report says which, in --precision's words (match resolved to the target's bits)
+        assert (default.result().as_dict()["precision"], matched.result().as_dict()["precision"]) == ("bf16", str(bits))
+        assert f"the head is {human_bytes(default.head.mtp_bytes)} as bfloat16" in note, note
+        assert f"{offer} at the target's {bits} bits in about {human_bytes(matched.head.mtp_bytes)}" in note, note
+        assert measured_at(family, bits) in note, note
+        for chosen in ({"precision": "bf16"}, {"runtime": "mtplx"}):
+            assert not [n for n in plan(**chosen).notes if "held in memory" in n], (family, chosen)
