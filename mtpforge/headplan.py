@@ -333,7 +333,10 @@ def _precision_row(family: str) -> tuple[str, dict[str, Any]] | tuple[None, None
 def measured_at(family: str, bits: int) -> Optional[str]:
     """What the trained tiny head of the family's shape drafted at ``bits`` against bf16 in MLX,
     in words; None where that shape or width was not measured."""
-    shape, row = _precision_row(family)
+    return _measured(*_precision_row(family), bits)
+
+
+def _measured(shape: str | None, row: dict[str, Any] | None, bits: int) -> Optional[str]:
     mlx = row["mlx"] if row is not None else {}
     if str(bits) not in mlx:
         return None
@@ -356,7 +359,7 @@ def precision_note(family: str, precision: str | int | None, matched_bits: int |
     mlx = row["mlx"]
     at = f", {mlx[str(precision)]['acceptance']:.1%} at {precision}-bit" if str(precision) in mlx else ""
     if matched:  # the default path: short, it is what most users see
-        measured = measured_at(family, precision)
+        measured = _measured(shape, row, precision)  # the row read above, not the table again
         return (f"the head matches the target's {precision} bits; {measured} (docs/PRECISION.md): "
                 f"pass --precision {row['knee_bits']} or more to keep the drafts") if measured else None
     what = f"--precision {precision} is"
