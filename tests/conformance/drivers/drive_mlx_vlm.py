@@ -21,6 +21,19 @@ def _decode(model: Any, processor: Any, ids: list[int], n: int, **kw: Any) -> li
                                                   max_tokens=n, temperature=0.0, **kw)]
 
 
+def _drafting(model: Any, processor: Any, draft: Any, prompts: list[list[int]], n: int,
+              **kw: Any) -> tuple[list[list[int]], int, int]:
+    """Every prompt decoded with the drafter (``kw``: stream_generate's own, e.g. its block
+    size): the tokens, and the drafts accepted and made, as the drafter counts them."""
+    mtp, accepted, drafted = [], 0, 0
+    for ids in prompts:
+        mtp.append(stage("mtp decode", lambda: _decode(model, processor, ids, n, draft_model=draft,
+                                                      draft_kind="mtp", **kw)))
+        accepted += sum(draft.accept_lens)
+        drafted += sum(draft.draft_lens)
+    return mtp, accepted, drafted
+
+
 def cell(spec: dict[str, Any], entry: dict[str, Any], out: dict[str, Any]) -> None:
     from mlx_vlm import load
     from mlx_vlm.speculative.drafters import load_drafter
@@ -44,21 +57,10 @@ def cell(spec: dict[str, Any], entry: dict[str, Any], out: dict[str, Any]) -> No
             out["values"] = compare_loaded(calls[0]["obj"], head_files(Path(drafter_dir)))
     out["plain"] = stage("plain decode", lambda: [_decode(model, processor, ids, n) for ids in prompts])
     if out["mtp_enabled"] and entry.get("mtp", True):
-        mtp, drafted, accepted = [], 0, 0
-        for ids in prompts:
-            mtp.append(stage("mtp decode", lambda: _decode(model, processor, ids, n, draft_model=draft,
-                                                          draft_kind="mtp")))
-            accepted += sum(draft.accept_lens)
-            drafted += sum(draft.draft_lens)
+        mtp, accepted, drafted = _drafting(model, processor, draft, prompts, n)
         out.update(mtp=mtp, drafted=drafted, accepted=accepted)
         # one draft a round (its CLI's --draft-block-size 2): what verify counts at depth 1
-        drafted = accepted = 0
-        for ids in prompts:
-            stage("mtp decode", lambda: _decode(model, processor, ids, n, draft_model=draft, draft_kind="mtp",
-                                                draft_block_size=2))
-            accepted += sum(draft.accept_lens)
-            drafted += sum(draft.draft_lens)
-        out.update(depth1=[accepted, drafted])
+        out["depth1"] = list(_drafting(model, processor, draft, prompts, n, draft_block_size=2)[1:])
 
 
 def bare(spec: dict[str, Any], out: dict[str, Any]) -> None:
