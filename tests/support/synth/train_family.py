@@ -22,7 +22,7 @@ import numpy as np
 
 from .family_common import build_family_tokenizer, write_generation_config
 from .train import encode_stream, heldout_prompts, train_backbone, training_corpus
-from .train_glm import POST_NORM, Feed, GlmTrainSettings, checked_export, draft_acceptance, greedy, train_head
+from .train_glm import POST_NORM, Feed, GlmTrainSettings, checked_export, draft_acceptance, train_head
 from .write import write_hf_checkpoint
 
 
@@ -52,8 +52,6 @@ class Recipe:
     finish: Callable[[Path], None] | None = None
     #: more of ``training.json``
     extra: dict[str, Any] = field(default_factory=dict)
-    #: the trunk's greedy continuation (default: mlx-lm's prompt cache)
-    greedy: Callable[[nn.Module, Any, int], list[int]] = greedy
 
 
 def add_nextn_parts(layer: nn.Module, hidden: int, eps: float) -> None:
@@ -84,7 +82,7 @@ def train_and_write(out_root: str | Path, r: Recipe, s: GlmTrainSettings,
         b_losses, b_sec = train_backbone(model, stream, s, log)
         head = r.head(model)
         h_losses, h_sec = train_head(model, head, stream, s, log, r.feed)
-        acc = draft_acceptance(model, head, heldout_prompts(tok, s), feed=r.feed, greedy=r.greedy)
+        acc = draft_acceptance(model, head, heldout_prompts(tok, s), feed=r.feed)
         if log:
             log(f"{r.architecture}: trained (float32) depth-1 acceptance {acc['acceptance']:.3f}")
         tensors = checked_export(r.export(model, head, r.config),

@@ -198,10 +198,15 @@ def train(tokenizer: Any, settings: GlmTrainSettings, log: Callable[[str], None]
 
 
 def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
-    """Plain greedy continuation with mlx-lm's cache (no stop token: the corpus never ends)."""
-    from mlx_lm.models.cache import make_prompt_cache
+    """Plain greedy continuation with the model's own cache — its ``make_cache``, which is what
+    mlx-lm's ``make_prompt_cache`` takes first (a trainer's wrapper of an mlx-vlm model has one,
+    where mlx-lm is not installed) — and no stop token: the corpus never ends."""
+    if hasattr(model, "make_cache"):
+        cache = model.make_cache()
+    else:
+        from mlx_lm.models.cache import make_prompt_cache
 
-    cache = make_prompt_cache(model)
+        cache = make_prompt_cache(model)
     logits = model(mx.array([list(prompt)]), cache=cache)
     out: list[int] = []
     for _ in range(n_new):
@@ -212,8 +217,7 @@ def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
 
 
 def draft_acceptance(model: nn.Module, head: nn.Module, prompts: Sequence[Sequence[int]], n_new: int = 48,
-                     feed: Feed = POST_NORM, greedy: Callable[[nn.Module, Sequence[int], int], list[int]] = greedy
-                     ) -> dict[str, Any]:
+                     feed: Feed = POST_NORM) -> dict[str, Any]:
     """Depth-1 greedy acceptance along the greedy path (a draft of x[t+2] from h[t], x[t+1] is
     accepted iff it equals the greedy token): what llama-server's draft counters measure."""
     drafted = accepted = 0

@@ -28,7 +28,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -87,6 +87,10 @@ class Trunk(nn.Module):
     def lm_head(self, h: mx.array) -> mx.array:
         return self.text.lm_head(h)
 
+    def make_cache(self) -> list[Any]:
+        """mlx-vlm's own cache (``train_glm.greedy`` decodes with it)."""
+        return self.text.make_cache()
+
 
 class Head(nn.Module):
     """mlx-vlm's drafter as its loop calls it, from (H_t, embedding of x[t+1]) to the mixed state
@@ -108,17 +112,6 @@ class Head(nn.Module):
 FEED = Feed(hidden=lambda model, tokens: model.streams(tokens),
             teacher=lambda model, h: model.lm_head(model.text.model.hyper_connection_mixer(h)),
             embed=lambda model, tokens: model.text.model.embed_tokens(tokens))
-
-
-def greedy(model: nn.Module, prompt: Sequence[int], n_new: int) -> list[int]:
-    """Plain greedy continuation with mlx-vlm's own cache."""
-    cache = model.text.make_cache()
-    logits = model(mx.array([list(prompt)]), cache=cache)
-    out: list[int] = []
-    for _ in range(n_new):
-        out.append(int(mx.argmax(logits[0, -1]).item()))
-        logits = model(mx.array([[out[-1]]]), cache=cache)
-    return out
 
 
 def _release_copy(src: Path, dst: Path, fill: Callable[[int, tuple[int, ...]], np.ndarray]) -> dict[str, tuple[int, int]]:
@@ -192,4 +185,4 @@ def build_trained(out_root: str | Path, s: GlmTrainSettings, log: Callable[[str]
             export=lambda model, head, config: release_tensors(model, head, start), specs=tensor_specs,
             head_notes={"hidden": "the hyper-connection streams before the trunk's final mixer (return_hidden)",
                         "drafter": "mlx-vlm 0.7.10's Qwen4ExpMTPDraftModel, built by load_drafter from the release"},
-            head_key="mtp", feed=FEED, trained_vocab=TRAINED_VOCAB, greedy=greedy), s, log)
+            head_key="mtp", feed=FEED, trained_vocab=TRAINED_VOCAB), s, log)
