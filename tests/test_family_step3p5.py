@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -155,9 +156,23 @@ for v in ("pre_norm", "post_norm"):
     _, hidden = rt.model(seq, cache=None, return_hidden=True, hidden_variant=v)
     lg = rt.model.mtp_forward(hidden[:, :-1], seq[:, 1:], mtp_cache=rt.model.make_mtp_cache())
     out[v[:-5]] = mx.argmax(lg[0], axis=-1).tolist()
+# a chain of CHAIN drafts after every prefix: depth 1 over the prefix's pairs, then each depth fed
+# the last one's hidden and draft, in the layer and cache MTPLX picks for the depth
+out["chain"] = []
+for t in range(1, seq.shape[1]):
+    caches = rt.model.make_mtp_cache()
+    lg, h = rt.model.mtp_forward(hidden[:, :t], seq[:, 1:t + 1], mtp_cache=caches, return_hidden=True, mtp_depth=1)
+    drafts = [mx.argmax(lg[:, -1:], axis=-1)]
+    h = h[:, -1:]
+    for j in range(2, int(sys.argv[4]) + 1):
+        lg, h = rt.model.mtp_forward(h, drafts[-1], mtp_cache=caches, return_hidden=True, mtp_depth=j)
+        drafts.append(mx.argmax(lg, axis=-1))
+    out["chain"].append([d.item() for d in drafts])
 print(json.dumps(out))
 """
 SEQ = [5, 17, 99, 230, 12, 40, 41, 42, 7, 300, 301, 8, 9, 10, 11, 250, 3, 77, 91, 400]
+#: drafts a round in the chained comparison: past the three layers, so depth 4 is layer 0 again
+CHAIN = 4
 
 
 @pytest.fixture(scope="module")
@@ -173,23 +188,32 @@ def mlx_target(step: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory)
     return mlx
 
 
-def _decoder_preds(folder: Path) -> dict[str, list[int]]:
+def _decoder_preds(folder: Path) -> dict[str, list[Any]]:
     """verify's decoder (mtpforge's backbone and head) on ``SEQ``: the head's greedy draft at
-    every position, with each hidden variant."""
+    every position, with each hidden variant, and the decode loop's drafter's chain of ``CHAIN``
+    drafts after every prefix."""
     import mlx.core as mx
 
     from mtpforge.decoder.backbone import load_backbone
     from mtpforge.decoder.head import build_head
+    from mtpforge.decoder.loop import HeadDrafter
+    from mtpforge.decoder.sampling import Chooser
     from mtpforge.layouts.read import load_head_weights
 
     hw = load_head_weights(folder)
     bb = load_backbone(folder, hw.family)
     head = build_head(hw.family, bb.args, hw.tensors, hw.quant, compute_dtype=bb.dtype)
-    out = {}
+    out: dict[str, list[Any]] = {}
     for v in ("pre", "post"):
         _, h = bb(SEQ, bb.make_cache(), v)
         z = head(h[:, :-1], bb.embed(SEQ[1:]), cache=head.make_cache())
         out[v] = mx.argmax(head.logits(z, bb)[0], axis=-1).tolist()
+    drafter = HeadDrafter(bb, head)  # the decode loop's drafter, on the post-norm states of the last v
+    out["chain"] = []
+    for t in range(1, len(SEQ)):
+        drafter.reset()
+        drafts, _ = drafter.draft(h[:, :t], SEQ[1:t + 1], CHAIN, Chooser())
+        out["chain"].append(drafts.tolist())
     return out
 
 
@@ -227,11 +251,16 @@ def test_add_mtp_writes_every_mtp_layer_as_mtplx_loads_and_drafts_it(step: tuple
             want = _bf16_bits(_from_bf16_bits(want) + 1.0)
         np.testing.assert_array_equal(stored[key], want, err_msg=key)
     mine, theirs = _decoder_preds(folder), json.loads(
-        judged.mtplx_run(HEAD_PREDS, folder, json.dumps(SEQ)).stdout.strip().splitlines()[-1])
+        judged.mtplx_run(HEAD_PREDS, folder, json.dumps(SEQ), str(CHAIN)).stdout.strip().splitlines()[-1])
     assert mine == theirs and mine["pre"] != mine["post"], (mine, theirs)
-    # past the sliding window (128 in the tiny config): the rollback trims every cache
+    # every depth in the layer MTPLX runs there (layer 0 again at depth 4), each with its own
+    # shared head and cache: re-applying layer 0 at every depth drafted MTPLX's depth-1 token at
+    # all 19 positions and none of its deeper ones
+    assert len(mine["chain"]) == len(SEQ) - 1 and {len(c) for c in mine["chain"]} == {CHAIN}
+    # past the sliding window (128 in the tiny config), three drafts a round (one a layer): the
+    # rollback trims every cache
     v = judged.mtpforge("verify", str(folder), "--generate", "--json", "--max-tokens", "160", "--hidden", "pre",
-                        "--prompt", "The cat sees the red ball in the garden and")
+                        "--depth", "3", "--prompt", "The cat sees the red ball in the garden and")
     assert v.returncode == 0 and json.loads(v.stdout)["identical"] is True, v.stdout + v.stderr
     shutil.copytree(mlx_target, tmp_path / "runtime")
     judged.add_mtp(src, tmp_path / "runtime", "--runtime", "mtplx")

@@ -14,9 +14,10 @@ The next depth is fed ``z``, the block's output before the shared head's norm, a
 
 mlx-lm has no such head, so this one is built over the family's mlx-lm decoder layer (a subclass,
 so its parameters are the family's bare keys after ``{i}.``); the stored keys ``{i}.rest`` load as
-``layers.{i}.rest``. The decoder loop drafts with step 0 (depth 1, as the runtimes' conformance
-lanes do); a deeper draft re-applies it (docs/SPEC.md §3), where MTPLX runs step ``j - 1`` at depth
-``j`` — the same with one step, as the tiny heads have. Norms multiply as stored: written +1, as mlx-lm's ``ZeroCenteredRMSNorm`` takes them.
+``layers.{i}.rest``. Depth ``j`` runs step ``(j - 1) mod k`` with that step's own cache and shared
+head (``steps``: the decoder loop cycles through them), as MTPLX's ``step3p5_mtp`` and vLLM's
+predictor choose the layer; a head of one step re-applies it at every depth. Norms multiply as
+stored: written +1, as mlx-lm's ``ZeroCenteredRMSNorm`` takes them.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
         def __init__(self) -> None:
             super().__init__()
             self.layers = [Step(args.num_hidden_layers + i) for i in range(n_steps)]
+            #: the steps a chain of drafts cycles through, one a depth (the decoder loop reads it)
+            self.steps = n_steps
 
         def load_weights(self, weights: Any, strict: bool = True) -> nn.Module:
             """Takes the stored bare keys (``{i}.rest``) as they are, for every caller (the norm
@@ -88,8 +91,9 @@ def appended_head(layer_class: type, args: Any, n_steps: int) -> nn.Module:
             sliding = getattr(s, "is_sliding", False) and window
             return s(z, mask=create_attention_mask(z, c, window_size=window if sliding else None), cache=c)
 
-        def logits(self, z: mx.array, backbone: Any) -> mx.array:
-            shared = self.layers[0].transformer.shared_head
+        def logits(self, z: mx.array, backbone: Any, layer: int = 0) -> mx.array:
+            """Through the shared head of the step that made ``z``: each step has its own."""
+            shared = self.layers[layer].transformer.shared_head
             return shared.output(shared.norm(z))
 
     return AppendedHead()

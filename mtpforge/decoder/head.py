@@ -59,8 +59,9 @@ class MTPHead(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
 
-    def logits(self, z: mx.array, backbone: Any) -> mx.array:
-        """Logits of the head's normed output: through the backbone's lm_head."""
+    def logits(self, z: mx.array, backbone: Any, layer: int = 0) -> mx.array:
+        """Logits of the head's normed output: through the backbone's lm_head (one for every
+        layer)."""
         return backbone.lm_head(z)
 
     def __call__(
@@ -72,8 +73,8 @@ class MTPHead(nn.Module):
     ) -> mx.array:
         """Normed head output [B, L, H] for hidden states H[t] and embeddings of x[t+1].
 
-        ``layer`` picks which MTP layer runs (released models have one; depth k > 1 re-applies
-        layer 0, docs/SPEC.md §3). The result goes through the backbone's lm_head for logits.
+        ``layer`` picks which MTP layer runs (released models have one: the decoder loop re-applies
+        it at every depth, docs/SPEC.md §3; it cycles only through a head's ``steps``). The result goes through the backbone's lm_head for logits.
         """
         e = self.pre_fc_norm_embedding(embeddings)
         h = self.pre_fc_norm_hidden(hidden)

@@ -66,7 +66,7 @@ def hybrid_head(block_class: type, args: Any, pattern: str) -> nn.Module:
                 z = block(z, mask=mask, cache=c)
             return self.layers[-1].final_layernorm(z)
 
-        def logits(self, z: mx.array, backbone: Any) -> mx.array:
+        def logits(self, z: mx.array, backbone: Any, layer: int = 0) -> mx.array:
             return backbone.lm_head(z)
 
     return HybridHead()

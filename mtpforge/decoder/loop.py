@@ -87,16 +87,21 @@ class HeadDrafter:
     def draft(self, pend_h: mx.array, pend_x: list[int], k: int, chooser: Chooser) -> tuple[mx.array, list[Any]]:
         """``k`` draft tokens; the head's cache ends holding the real pairs only."""
         bb, head = self.bb, self.head
+        steps = getattr(head, "steps", 1)  # depth j runs step (j - 1) mod steps (Step-3.5's layers)
         z = head(pend_h, bb.embed(pend_x), cache=self.cache)[:, -1:]
         drafts: list[mx.array] = []
         qs: list[Any] = []
         for j in range(k):
             if j:
-                z = head(z, bb.embed(drafts[-1]), cache=self.cache)
-            d, q = chooser.draft(head.logits(z, bb)[0, -1])
+                z = head(z, bb.embed(drafts[-1]), cache=self.cache, layer=j % steps)
+            d, q = chooser.draft(head.logits(z, bb, j % steps)[0, -1])
             drafts.append(d)
             qs.append(q)
-        trim(self.cache, k - 1)
+        if steps == 1:
+            trim(self.cache, k - 1)
+        else:  # each step's cache loses the rows of this round's deeper drafts that it ran
+            for i, c in enumerate(self.cache):
+                trim([c], sum(1 for j in range(1, k) if j % steps == i))
         return mx.concatenate(drafts), qs
 
 

@@ -61,7 +61,7 @@ def nextn_head(layer_class: type, args: Any, own_head: bool, mask_as_array: bool
             z = super().__call__(z, mask=create_attention_mask(z, attn, return_array=mask_as_array), cache=c)
             return self.shared_head.norm(z)
 
-        def logits(self, z: mx.array, backbone: Any) -> mx.array:
+        def logits(self, z: mx.array, backbone: Any, layer: int = 0) -> mx.array:
             return self.shared_head.head(z) if "head" in self.shared_head else backbone.lm_head(z)
 
     return NextNHead()
