@@ -17,6 +17,8 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
+from .half import encodes_float16, to_float16
+
 BLOCK = 128
 #: the exponent bias of an E8M0 scale byte: it stands for 2 ** (byte - 127)
 E8M0_BIAS = 127
@@ -90,7 +92,7 @@ def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[
     if values is None:
         return None
     rows, cols = codes.shape
-    table = np.ascontiguousarray(encode(values))
+    table = np.ascontiguousarray(to_float16(values) if encodes_float16(encode) else encode(values))
     width = table.nbytes // values.size  # bytes a value (gguf-py hands bfloat16 back as bytes)
     bits = table.view(np.uint8).reshape(-1, width).view(f"u{width}").reshape(rows // block, -1)
     per_block = cols // block
@@ -147,7 +149,7 @@ def q8_0_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = BLOCK)
         table = np_roundf(at * inv).astype(np.int8).view(np.uint8)
         row = (np.cumsum(present, dtype=np.int32) - 1)[key]  # [block, groups]: the pair's table row
         target = out[i * block:(i + 1) * block]
-        target[:, :, :2] = d.astype(np.float16).view(np.uint8)[row]
+        target[:, :, :2] = to_float16(d).view(np.uint8)[row]  # gguf-py's cast: many scales are subnormal
         target[:, :, 2:] = np.take(table.reshape(-1), (row * 256)[..., None] + band, mode="clip")
     return out.reshape(rows, groups * _Q8_0_BYTES)
 
