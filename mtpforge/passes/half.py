@@ -2,9 +2,10 @@
 
 numpy's cast takes ~65 ns for each value that lands in float16's subnormal range (it raises the
 underflow flag value by value through ``feraiseexcept``) against ~1.5 ns for the others. Weights
-rarely land there, but a block-FP8 tensor's lookup tables do by the half: a block's 256 values
-are its codes times a scale of about 1e-4, and every code below ~0.6 scales under float16's
-smallest normal (2**-14). Over a 256-expert DeepSeek head those tables are seconds of CPU.
+rarely land there, but a third or so of a block-FP8 tensor's lookup tables do: a block's 256
+values are its codes times a scale of about 2e-4, and every code below ~0.3 scales under
+float16's smallest normal (2**-14). Over a 256-expert DeepSeek head those tables are seconds of
+CPU.
 
 Subnormal float16 values are whole multiples of 2**-24, so ``|x| * 2**24`` (exact: a power of two)
 rounded to nearest-even *is* the subnormal's bit pattern — 1024 where it rounds up to the smallest
