@@ -73,9 +73,25 @@ def _block_values(codes: np.ndarray, scale_inv: np.ndarray, block: int, nan_code
     with np.errstate(over="ignore", invalid="ignore"):  # a damaged scale: declined just below
         values = E4M3_TO_F32[None, None, :] * np.asarray(scale_inv, np.float32)[:, :, None]
     values[:, :, _NAN_CODES] = 0.0  # never looked up once no NaN code is used (checked below)
-    if not np.isfinite(values).all() or (nan_codes and (np.bitwise_or(codes, 0x80) == 0xFF).any()):
+    if not np.isfinite(values).all() or (nan_codes and _uses_nan_code(codes)):
         return None
     return values
+
+
+def _uses_nan_code(codes: np.ndarray) -> bool:
+    """Whether any code is E4M3's NaN (all seven magnitude bits set): the largest magnitude is then
+    0x7F. A masked maximum, a tenth of the time a comparison of every code took."""
+    return bool(codes.size) and int(np.bitwise_and(codes, 0x7F).max()) == 0x7F
+
+
+def _group_maxima(band: np.ndarray) -> np.ndarray:
+    """The largest magnitude code of each group of the last axis (E4M3 magnitudes order as their
+    7 low bits), a column at a time: numpy reduces a short last axis several times slower."""
+    mags = np.bitwise_and(band, 0x7F)
+    top = mags[..., 0].copy()
+    for j in range(1, mags.shape[-1]):
+        np.maximum(top, mags[..., j], out=top)
+    return top
 
 
 def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[[np.ndarray], np.ndarray],
@@ -100,8 +116,9 @@ def encode_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, encode: Callable[
     out = np.empty((rows, cols), bits.dtype)
     for i in range(rows // block):
         band = np.s_[i * block:(i + 1) * block]
+        # every index is in range by construction: "wrap" skips the buffered bounds check
         np.take(bits[i], codes[band].reshape(block, per_block, block) + offsets,
-                out=out[band].reshape(block, per_block, block))
+                out=out[band].reshape(block, per_block, block), mode="wrap")
     return out.view(table.dtype) if table.dtype.itemsize == width else out.view(table.dtype).reshape(rows, -1)
 
 
@@ -134,7 +151,7 @@ def q8_0_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = BLOCK)
     out = np.empty((rows, groups, _Q8_0_BYTES), np.uint8)
     for i in range(rows // block):
         band = codes[i * block:(i + 1) * block].reshape(block, groups, Q8_0_GROUP)
-        top = np.bitwise_and(band, 0x7F).max(axis=-1)  # [block, groups]: the largest magnitude's code
+        top = _group_maxima(band)  # [block, groups]: the largest magnitude's code
         if (top == 0x7F).any():
             return None  # a NaN code
         key = column_block + top
@@ -150,7 +167,7 @@ def q8_0_block_fp8(codes: np.ndarray, scale_inv: np.ndarray, block: int = BLOCK)
         row = (np.cumsum(present, dtype=np.int32) - 1)[key]  # [block, groups]: the pair's table row
         target = out[i * block:(i + 1) * block]
         target[:, :, :2] = to_float16(d).view(np.uint8)[row]  # gguf-py's cast: many scales are subnormal
-        target[:, :, 2:] = np.take(table.reshape(-1), (row * 256)[..., None] + band, mode="clip")
+        target[:, :, 2:] = np.take(table.reshape(-1), (row * 256)[..., None] + band, mode="wrap")  # in range
     return out.reshape(rows, groups * _Q8_0_BYTES)
 
 
