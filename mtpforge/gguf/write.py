@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import InputError, RefusedError
 from ..writer.ahead import EarlySync, run_ahead, side_thread
+from ..writer.uncached import UncachedAppender
 from .gguffile import KV, GgufFile, GgufTensor
 
 COPY_CHUNK = 8 << 20
@@ -131,8 +132,11 @@ def _write_tmp(dest: Path, tmp: Path, arch: str, kv: dict[str, KV], tensors: lis
         w.write_ti_data_to_file()
         assert w.fout is not None
         fout = _HashingFile(w.fout[0], tmp)
-        _write_data(w, fout, tensors, on_bytes)
-        fout.flush()
+        try:
+            _write_data(w, fout, tensors, on_bytes)
+            fout.flush()
+        finally:
+            fout.close()
         os.fsync(fout.fileno())
         w.close()
         sha = fout.hexdigest()
@@ -160,36 +164,49 @@ _HASH_APART = 1 << 16
 
 
 class _HashingFile:
-    """The temporary file, hashed as it is written (the header read back once, every later byte
-    as it passes): a second read of GBs only to hash them cost as much as writing them."""
+    """The temporary file's tensor data, hashed as it is written (the header read back once,
+    every later byte as it passes): a second read of GBs only to hash them cost as much as
+    writing them. The data goes past the page cache where the platform allows
+    (``writer.uncached``: the kernel's copy into its cache was most of a giant head's CPU)."""
 
     def __init__(self, f: BinaryIO, path: Path) -> None:
         f.flush()
         self._f, self._h = f, hashlib.sha256()
         with open(path, "rb") as r:
-            self._h.update(r.read(f.tell()))
+            head = r.read(f.tell())
+        self._h.update(head)
+        self._out = UncachedAppender.open(path, f.fileno(), len(head), head)
         self._sync = EarlySync(f.fileno(), f.flush)
 
     def write(self, b: "bytes | memoryview") -> int:
+        put = self._out.write if self._out is not None else self._f.write
         if len(b) < _HASH_APART:
             self._h.update(b)
-            return self._f.write(b)
+            return put(b)
         # hashlib and the file write both let go of the GIL on large buffers: the chunk is hashed
         # in a second thread while it is written, and both are done before the caller reuses it
         hashed = side_thread().submit(self._h.update, b)
         try:
-            n = self._f.write(b)
+            n = put(b)
         finally:
             hashed.result()
         self._sync.wrote(n)
         return n
 
     def tell(self) -> int:
-        return self._f.tell()
+        return self._out.position if self._out is not None else self._f.tell()
 
     def flush(self) -> None:
+        """Every byte written onto the file (not yet synced)."""
         self._sync.wait()
+        if self._out is not None:
+            self._out.finish()
         self._f.flush()
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
 
     def fileno(self) -> int:
         return self._f.fileno()
