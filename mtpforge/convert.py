@@ -21,6 +21,7 @@ import numpy as np
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.tensors import to_bytes
 from .headplan import Reader, block_scale, decode, read_scale, row_blocks
+from .passes.floatbits import FLOAT_BITS, largest_magnitude
 from .passes.norms import add_offset
 from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
@@ -125,9 +126,6 @@ class HeadScan:
     degenerate: list[str] = field(default_factory=list)
 
 
-#: bits of the exponent field per float dtype: all ones means Inf or NaN
-_EXP_MASK = {"BF16": ("<u2", 0x7F80), "F16": ("<u2", 0x7C00), "F32": ("<u4", 0x7F800000)}
-_ABS_MASK = {"<u2": {"BF16": 0x7FFF, "F16": 0x7FFF}, "<u4": {"F32": 0x7FFFFFFF}}
 _CHUNK = 1 << 22
 
 
@@ -161,8 +159,8 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = 
                     f.seek(info.begin)
             h = hashlib.sha256()
             left = info.nbytes
-            finite, nonzero = True, False
-            float_kind = _EXP_MASK.get(info.dtype)
+            largest, nonzero = 0, False  # the largest magnitude's bits, for a float tensor
+            is_float = info.dtype in FLOAT_BITS
             while left:
                 chunk = f.read(min(left, _CHUNK))
                 if not chunk:
@@ -170,14 +168,12 @@ def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = 
                 feed(chunk)
                 h.update(chunk)
                 left -= len(chunk)
-                if float_kind is not None:
-                    u = np.frombuffer(chunk, dtype=float_kind[0])
-                    if finite and bool(np.any((u & float_kind[1]) == float_kind[1])):
-                        finite = False
-                    if not nonzero and bool(np.any(u & _ABS_MASK[float_kind[0]][info.dtype])):
-                        nonzero = True  # -0.0 counts as zero, as `a != 0` does
+                if is_float:
+                    largest = max(largest, largest_magnitude(chunk, info.dtype))
                 elif not nonzero and chunk.count(0) != len(chunk):
                     nonzero = True
+            finite = not is_float or largest < FLOAT_BITS[info.dtype][1]
+            nonzero = nonzero or largest > 0  # -0.0 counts as zero, as `a != 0` does
             pos = info.end
             out.digests[k] = h.hexdigest()
             is_proj = k.endswith(".scales") or (len(info.shape) >= 2 and not k.endswith(".biases"))

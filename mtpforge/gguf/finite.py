@@ -14,12 +14,12 @@ from typing import Iterable
 import gguf
 import numpy as np
 
+from ..passes.floatbits import FLOAT_BITS, all_finite
 from .gguffile import GgufFile, GgufTensor
 
 Q = gguf.GGMLQuantizationType
-#: unsigned view and exponent mask of each float encoding
-_FLOAT_EXP = {Q.F64: ("<u8", 0x7FF0000000000000), Q.F32: ("<u4", 0x7F800000), Q.F16: ("<u2", 0x7C00),
-              Q.BF16: ("<u2", 0x7F80)}
+#: the float encodings, by their names in ``passes.floatbits``
+_FLOATS = {Q.F64: "F64", Q.F32: "F32", Q.F16: "F16", Q.BF16: "BF16"}
 #: integer tensors (llama.cpp keeps some indices and counts as I32) hold no NaN or Inf
 _INTEGER = {Q.I8, Q.I16, Q.I32, Q.I64}
 #: bytes read at a time (whole rows or blocks)
@@ -50,10 +50,10 @@ def tensor_is_finite(path: Path, t: GgufTensor) -> bool:
     quantizations, is not judged: True)."""
     if t.type in _INTEGER:
         return True
-    if t.type in _FLOAT_EXP:
-        view, mask = _FLOAT_EXP[t.type]
-        size = np.dtype(view).itemsize
-        return not any(np.any((np.frombuffer(c, dtype=view) & mask) == mask) for c in _chunks(path, t, size))
+    if t.type in _FLOATS:
+        name = _FLOATS[t.type]
+        size = np.dtype(FLOAT_BITS[name][0]).itemsize
+        return all(all_finite(c, name) for c in _chunks(path, t, size))
     bs, ts = gguf.GGML_QUANT_SIZES[t.type]
     if t.type == Q.Q8_0:  # 2-byte f16 scale, then 32 int8 quants
         return not any(np.any((np.frombuffer(c, dtype=np.uint8).reshape(-1, ts)[:, :2].copy().view("<u2") & 0x7C00) == 0x7C00)

@@ -80,7 +80,7 @@ _POOLS: dict[str, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
 
 
-def _named_pool(name: str, workers: int) -> ThreadPoolExecutor:
+def named_pool(name: str, workers: int) -> ThreadPoolExecutor:
     """One process-wide pool per job kind, made on first use and never shut down (callers wait
     on their own futures)."""
     with _POOL_LOCK:
@@ -90,14 +90,14 @@ def _named_pool(name: str, workers: int) -> ThreadPoolExecutor:
 
 
 def _pool() -> ThreadPoolExecutor:
-    return _named_pool("rows", WORKERS)
+    return named_pool("rows", WORKERS)
 
 
 def side_thread() -> ThreadPoolExecutor:
     """One thread for the work beside a reader's or writer's own: a sha256 of the chunk that just
     passed (hashlib lets go of the GIL on large buffers) runs while the caller reads or writes the
     next. Not the row pool: a hash queued behind row blocks would hold the writer up."""
-    return _named_pool("side", 1)
+    return named_pool("side", 1)
 
 
 def in_order(jobs: Iterator[Callable[[], R]], window: int | None = None) -> Iterator[R]:
@@ -148,7 +148,7 @@ class EarlySync:
         if self._flush is not None:
             self._flush()
         self._since = 0
-        self._pending = _named_pool("sync", 1).submit(_datasync, self._fd)
+        self._pending = named_pool("sync", 1).submit(_datasync, self._fd)
 
     def wait(self) -> None:
         """The running sync finished (its error raised here): before the final fsync or a close."""
@@ -157,4 +157,4 @@ class EarlySync:
             pending.result()
 
 
-__all__ = ["run_ahead", "in_order", "side_thread", "EarlySync"]
+__all__ = ["run_ahead", "in_order", "side_thread", "named_pool", "EarlySync"]

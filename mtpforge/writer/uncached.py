@@ -20,7 +20,10 @@ import contextlib
 import errno
 import mmap
 import os
+from concurrent.futures import Future
 from pathlib import Path
+
+from .ahead import named_pool
 
 #: alignment of every direct write's offset, size and buffer (a page: covers 512- and 4096-byte
 #: logical blocks)
@@ -36,8 +39,12 @@ class UncachedAppender:
     def __init__(self, direct_fd: int, fd: int, start: int, head: bytes) -> None:
         self._direct: int | None = direct_fd
         self._fd = fd
-        self._stage = mmap.mmap(-1, STAGE)  # anonymous memory: page-aligned, reused for every block
-        self._view = memoryview(self._stage)
+        # two stages of anonymous memory (page-aligned, reused): one fills while the other is
+        # written in a thread of its own, so the disk's time overlaps the caller's
+        self._stages = [mmap.mmap(-1, STAGE) for _ in range(2)]
+        self._views = [memoryview(m) for m in self._stages]
+        self._view = self._views[0]
+        self._pending: Future[None] | None = None
         self._base = start - start % ALIGN  # file offset of the stage's first byte
         self._fill = start - self._base  # the header's last partial block, written again as it is
         self._view[:self._fill] = head[len(head) - self._fill:]
@@ -63,48 +70,57 @@ class UncachedAppender:
             self._view[self._fill:self._fill + k] = src[done:done + k]
             self._fill += k
             done += k
-            if self._fill == STAGE:
-                self._flush_blocks(STAGE)
+            if self._fill == STAGE:  # a full stage goes to the disk while the other fills
+                self._wait()
+                self._pending = named_pool("direct", 1).submit(self._put, self._view, self._base)
+                self._view = self._views[1] if self._view is self._views[0] else self._views[0]
+                self._base += STAGE
+                self._fill = 0
         self.position += n
         return n
 
     def finish(self) -> None:
         """Everything gathered onto the file: the whole blocks directly, the tail through ``fd``."""
+        self._wait()
         whole = self._fill - self._fill % ALIGN
         if whole:
-            self._flush_blocks(whole)
-        if self._fill:
-            _pwrite_all(self._fd, self._view[:self._fill], self._base)
-            self._base += self._fill
-            self._fill = 0
+            self._put(self._view[:whole], self._base)
+        if self._fill > whole:
+            _pwrite_all(self._fd, self._view[whole:self._fill], self._base + whole)
+        self._base += self._fill
+        self._fill = 0
 
     def close(self) -> None:
+        with contextlib.suppress(BaseException):  # a write that failed: its error was the caller's
+            self._wait()
         if self._direct is not None:
             os.close(self._direct)
             self._direct = None
-        # after a failed write (a full disk) the error's traceback still holds views of the stage:
+        # after a failed write (a full disk) the error's traceback still holds views of a stage:
         # the memory then goes with them
         with contextlib.suppress(BufferError):
-            self._view.release()
-            self._stage.close()
+            for v, m in zip(self._views, self._stages):
+                v.release()
+                m.close()
 
-    def _flush_blocks(self, n: int) -> None:
-        """The stage's first ``n`` bytes (whole blocks) onto the file, the rest moved to its start."""
+    def _wait(self) -> None:
+        """The stage being written is on the file (its error raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _put(self, data: memoryview, offset: int) -> None:
+        """Whole blocks onto the file: directly, or through ``fd`` once direct writes are refused."""
         if self._direct is not None:
             try:
-                _pwrite_all(self._direct, self._view[:n], self._base)
+                _pwrite_all(self._direct, data, offset)
+                return
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
                 os.close(self._direct)  # the file system takes no direct write after all
                 self._direct = None
-        if self._direct is None:
-            _pwrite_all(self._fd, self._view[:n], self._base)
-        rest = self._fill - n
-        if rest:
-            self._view[:rest] = self._view[n:self._fill]
-        self._base += n
-        self._fill = rest
+        _pwrite_all(self._fd, data, offset)
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
