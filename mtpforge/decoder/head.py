@@ -74,7 +74,8 @@ class MTPHead(nn.Module):
         """Normed head output [B, L, H] for hidden states H[t] and embeddings of x[t+1].
 
         ``layer`` picks which MTP layer runs (released models have one: the decoder loop re-applies
-        it at every depth, docs/SPEC.md §3; it cycles only through a head's ``steps``). The result goes through the backbone's lm_head for logits.
+        it at every depth, docs/SPEC.md §3; it cycles only through a head's ``steps``). The result
+        goes through the backbone's lm_head for logits.
         """
         e = self.pre_fc_norm_embedding(embeddings)
         h = self.pre_fc_norm_hidden(hidden)
