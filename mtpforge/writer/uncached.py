@@ -10,8 +10,9 @@ block, rewritten as it is, and the file's tail) goes through the ordinary descri
 
 Only where the platform and the file system take it: an ``open`` refused (no ``O_DIRECT``, as on
 macOS, or a file system without it) gives None and the caller writes as before; a direct write
-refused later (``EINVAL``) moves the rest to the ordinary descriptor, bytes unchanged. Durability is
-the caller's, as before: the final fsync covers both descriptors' writes (they share the file).
+refused later (``EINVAL``, ``EOPNOTSUPP``) moves the rest to the ordinary descriptor, bytes
+unchanged. Durability is the caller's, as before: the final fsync covers both descriptors' writes
+(they share the file).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from .ahead import named_pool
 ALIGN = 4096
 #: bytes gathered before a direct write: large writes keep the disk busy, one at a time
 STAGE = 8 << 20
+#: how a file system that opened a file for direct I/O refuses the writes after all (FUSE and
+#: some network file systems): the rest then goes through the ordinary descriptor
+_REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
 
 
 class UncachedAppender:
@@ -116,7 +120,7 @@ class UncachedAppender:
                 _pwrite_all(self._direct, data, offset)
                 return
             except OSError as e:
-                if e.errno != errno.EINVAL:
+                if e.errno not in _REFUSED:
                     raise
                 os.close(self._direct)  # the file system takes no direct write after all
                 self._direct = None
