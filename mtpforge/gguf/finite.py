@@ -56,8 +56,8 @@ def tensor_is_finite(path: Path, t: GgufTensor) -> bool:
         return all(all_finite(c, name) for c in _chunks(path, t, size))
     bs, ts = gguf.GGML_QUANT_SIZES[t.type]
     if t.type == Q.Q8_0:  # 2-byte f16 scale, then 32 int8 quants
-        return not any(np.any((np.frombuffer(c, dtype=np.uint8).reshape(-1, ts)[:, :2].copy().view("<u2") & 0x7C00) == 0x7C00)
-                       for c in _chunks(path, t, ts))
+        return all(all_finite(np.frombuffer(c, dtype=np.uint8).reshape(-1, ts)[:, :2].copy(), "F16")
+                   for c in _chunks(path, t, ts))
     row = _row_bytes(t)
     try:
         for c in _chunks(path, t, row):

@@ -9,7 +9,6 @@ one slice, whatever the head's size (docs/SPEC.md §4).
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Iterable
 
 from ..checkpoint.safetensors_header import DTYPE_SIZES
 from .ahead import EarlySync
+from .uncached import pwrite_all
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,7 @@ class SafetensorsWriter:
         step = spec.nbytes // count
         if len(data) != step:
             raise ValueError(f"{key}: slice of {len(data)} bytes, expected {step}")
-        off = self.data_start + self.offsets[key] + index * step
-        view, done = memoryview(data), 0
-        while done < len(data):  # a short write is legal; a full disk then raises ENOSPC
-            n = os.pwrite(self._fd, view[done:], off + done)
-            if n <= 0:
-                raise OSError(errno.ENOSPC, f"no progress writing {self.path}")
-            done += n
+        done = pwrite_all(self._fd, data, self.data_start + self.offsets[key] + index * step, self.path)
         self._written[key] += done
         self._sync.wrote(done)
 

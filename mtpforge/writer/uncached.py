@@ -90,12 +90,12 @@ class UncachedAppender:
         if whole:
             self._put(self._view[:whole], self._base)
         if self._fill > whole:
-            _pwrite_all(self._fd, self._view[whole:self._fill], self._base + whole)
+            pwrite_all(self._fd, self._view[whole:self._fill], self._base + whole)
         self._base += self._fill
         self._fill = 0
 
     def close(self) -> None:
-        with contextlib.suppress(BaseException):  # a write that failed: its error was the caller's
+        with contextlib.suppress(Exception):  # a write that failed: its error was the caller's
             self._wait()
         if self._direct is not None:
             os.close(self._direct)
@@ -117,23 +117,26 @@ class UncachedAppender:
         """Whole blocks onto the file: directly, or through ``fd`` once direct writes are refused."""
         if self._direct is not None:
             try:
-                _pwrite_all(self._direct, data, offset)
+                pwrite_all(self._direct, data, offset)
                 return
             except OSError as e:
                 if e.errno not in _REFUSED:
                     raise
                 os.close(self._direct)  # the file system takes no direct write after all
                 self._direct = None
-        _pwrite_all(self._fd, data, offset)
+        pwrite_all(self._fd, data, offset)
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    done = 0
-    while done < len(data):  # a short write is legal; a full disk then raises ENOSPC
-        k = os.pwrite(fd, data[done:], offset + done)
+def pwrite_all(fd: int, data: "bytes | memoryview", offset: int, name: object = "the file") -> int:
+    """All of ``data`` at ``offset``: a short write is legal, and a write that makes no progress
+    (a full disk) raises ENOSPC naming ``name``."""
+    view, done = memoryview(data), 0
+    while done < len(view):
+        k = os.pwrite(fd, view[done:], offset + done)
         if k <= 0:
-            raise OSError(errno.ENOSPC, "no progress writing")
+            raise OSError(errno.ENOSPC, f"no progress writing {name}")
         done += k
+    return done
 
 
-__all__ = ["UncachedAppender", "ALIGN", "STAGE"]
+__all__ = ["UncachedAppender", "pwrite_all", "ALIGN", "STAGE"]
