@@ -66,9 +66,11 @@ Converted = tuple[list[tuple[str, bytes, int, int]], int]
 
 
 def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> Iterator[Callable[[], Converted]]:
-    """One job per row block of every slice, in the plan's order; the source is read here (one
-    reader, in order), the conversion runs in the job. A slice read again (for a second part of
-    a tensor stored split) completes no source bytes for the progress bar a second time."""
+    """One job per row block of every slice, in the plan's order; the job reads its block and
+    converts it, so the reads run on every core too (a download read back past the page cache,
+    ``checkpoint.direct_read``, has no read-ahead of the kernel's to hide a read's wait). A slice
+    read again (for a second part of a tensor stored split) completes no source bytes for the
+    progress bar a second time."""
     counted: set[tuple[str, int, int]] = set()
     for m in plan.modules:
         names = {s.key[len(plan.placement.key(m.bare)):] or "": s.key for s in m.specs(plan.placement)}
@@ -82,14 +84,14 @@ def _slice_jobs(plan: Plan, entries: Mapping[str, TensorInfo], read: Reader) -> 
             step = (sl.end - sl.start) // k
             shape = (sl.shape[0] // k,) + tuple(sl.shape[1:]) if k > 1 else sl.shape
             for j in range(k):
-                raw = read(info, sl.start + j * step, sl.start + (j + 1) * step)
-                yield partial(_convert, m, names, raw, info, shape, block_scale(scale, j, k, sl.shape),
-                              e * k + j, n * k, sl.end - sl.start if j == k - 1 and once else 0)
+                yield partial(_convert, m, names, read, info, sl.start + j * step, sl.start + (j + 1) * step, shape,
+                              block_scale(scale, j, k, sl.shape), e * k + j, n * k,
+                              sl.end - sl.start if j == k - 1 and once else 0)
 
 
-def _convert(m: OutModule, names: Mapping[str, str], raw: bytes, info: TensorInfo, shape: tuple[int, ...],
-             scale: np.ndarray | None, index: int, count: int, done: int) -> Converted:
-    out = transform_slice(m, raw, info, shape, scale)
+def _convert(m: OutModule, names: Mapping[str, str], read: Reader, info: TensorInfo, a: int, b: int,
+             shape: tuple[int, ...], scale: np.ndarray | None, index: int, count: int, done: int) -> Converted:
+    out = transform_slice(m, read(info, a, b), info, shape, scale)
     writes = []
     for sfx, data in out.items():
         key = names[sfx] if sfx else names.get(".weight", names.get("", next(iter(names.values()))))
@@ -102,8 +104,8 @@ def write_plan(
     metadata: dict[str, str] | None = None, on_progress: Callable[[int], None] | None = None,
 ) -> None:
     """Write the plan's head into a new file at ``path``, one row block of one slice at a time,
-    the row blocks converted on every core (``writer.ahead.in_order``) while this thread reads
-    and writes."""
+    the row blocks read and converted on every core (``writer.ahead.in_order``) while this
+    thread writes."""
     specs = plan.specs()
     with SafetensorsWriter(path, specs, metadata or {"format": "mlx"}) as w:
         for writes, done in in_order(_slice_jobs(plan, entries, read)):

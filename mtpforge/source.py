@@ -14,6 +14,7 @@ from typing import Mapping
 
 from .families.unhandled import not_handled
 from .checkpoint.catalogue import INDEX_FILE, Catalogue, head_shards, load_catalogue
+from .checkpoint.direct_read import read_span
 from .checkpoint.safetensors_header import TensorInfo
 from .checkpoint.store import LocalStore, Store
 from .errors import InputError, RefusedError
@@ -123,9 +124,7 @@ class SourceBytes:
         if self._fetch is None:
             return self._store.read_range(info.file, info.begin + a, info.begin + b)
         path, off, n = self._fetch.locate(info.name)
-        with open(path, "rb") as f:
-            f.seek(off + a)
-            data = f.read(b - a)
+        data = read_span(path, off + a, b - a)  # the download was written past the page cache too
         if len(data) != b - a:
             raise RefusedError(f"cached bytes of {info.name} are truncated", "re-run; the cache entry will be fetched again")
         return data

@@ -233,6 +233,9 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             w = t.transform(w)
         return encoded(w, t.type)
 
+    def read_convert(info: TensorInfo, a: int, b: int, shape: tuple[int, ...], scale: np.ndarray | None) -> memoryview:
+        return convert(info, read(info, a, b), shape, scale)
+
     def jobs() -> Iterator[Callable[[], memoryview]]:
         for s in t.slices:
             info = entries[s.src]
@@ -244,11 +247,13 @@ def tensor_chunks(t: HeadTensor, entries: Mapping[str, TensorInfo], read: Reader
             step = (s.end - s.start) // k
             shape = (s.shape[0] // k,) + tuple(s.shape[1:]) if k > 1 else s.shape
             for j in range(k):
-                yield partial(convert, info, read(info, s.start + j * step, s.start + (j + 1) * step), shape,
+                yield partial(read_convert, info, s.start + j * step, s.start + (j + 1) * step, shape,
                               block_scale(scale, j, k, s.shape))
 
     def gen() -> Iterator[memoryview]:
-        # the source is read in order here; the row blocks convert on every core
+        # the row blocks are read and converted on every core, their bytes taken in order: a
+        # download read back past the page cache (checkpoint.direct_read) has no read-ahead of the
+        # kernel's, so the reads are what keeps the disk busy while the blocks before convert
         yield from in_order(jobs())
 
     return gen

@@ -40,9 +40,10 @@ class UncachedAppender:
     """Appends bytes from ``start`` on (the bytes before it, ``head``, already written): whole
     aligned blocks with ``O_DIRECT``, the unaligned rest through the ordinary descriptor ``fd``."""
 
-    def __init__(self, direct_fd: int, fd: int, start: int, head: bytes) -> None:
+    def __init__(self, direct_fd: int, fd: int, start: int, head: bytes, pool: str = "direct") -> None:
         self._direct: int | None = direct_fd
         self._fd = fd
+        self._pool = pool
         # two stages of anonymous memory (page-aligned, reused): one fills while the other is
         # written in a thread of its own, so the disk's time overlaps the caller's
         self._stages = [mmap.mmap(-1, STAGE) for _ in range(2)]
@@ -55,9 +56,11 @@ class UncachedAppender:
         self.position = start
 
     @classmethod
-    def open(cls, path: Path, fd: int, start: int, head: bytes) -> "UncachedAppender | None":
+    def open(cls, path: Path, fd: int, start: int, head: bytes, pool: str = "direct") -> "UncachedAppender | None":
         """None where direct I/O is not to be had for ``path`` (no ``O_DIRECT`` on this platform, or
-        its file system refuses it): the caller then writes through ``fd`` as before."""
+        its file system refuses it): the caller then writes through ``fd`` as before. ``pool`` names
+        the thread that writes the stages: writers of different files that run at once (a download
+        and the output it feeds) each take their own, so neither waits behind the other's disk."""
         flag = getattr(os, "O_DIRECT", 0)
         if not flag or len(head) != start:
             return None
@@ -65,7 +68,7 @@ class UncachedAppender:
             direct = os.open(path, os.O_WRONLY | flag)
         except OSError:
             return None
-        return cls(direct, fd, start, head)
+        return cls(direct, fd, start, head, pool)
 
     def write(self, b: "bytes | memoryview") -> int:
         src, n, done = memoryview(b).cast("B"), len(b), 0
@@ -76,7 +79,7 @@ class UncachedAppender:
             done += k
             if self._fill == STAGE:  # a full stage goes to the disk while the other fills
                 self._wait()
-                self._pending = named_pool("direct", 1).submit(self._put, self._view, self._base)
+                self._pending = named_pool(self._pool, 1).submit(self._put, self._view, self._base)
                 self._view = self._views[1] if self._view is self._views[0] else self._views[0]
                 self._base += STAGE
                 self._fill = 0
