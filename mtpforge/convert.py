@@ -25,8 +25,8 @@ from .passes.floatbits import FLOAT_BITS, largest_magnitude
 from .passes.norms import add_offset
 from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
-from .writer.ahead import in_order, side_thread
-from .writer.safetensors_stream import SafetensorsWriter
+from .writer.ahead import in_order, named_pool
+from .writer.safetensors_stream import SafetensorsWriter, build_header
 
 #: output float dtype -> the safetensors dtype whose bytes pass through unchanged
 _ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -102,17 +102,24 @@ def _convert(m: OutModule, names: Mapping[str, str], read: Reader, info: TensorI
 def write_plan(
     plan: Plan, path: Path, entries: Mapping[str, TensorInfo], read: Reader,
     metadata: dict[str, str] | None = None, on_progress: Callable[[int], None] | None = None,
-) -> None:
+) -> "HeadScan | None":
     """Write the plan's head into a new file at ``path``, one row block of one slice at a time,
     the row blocks read and converted on every core (``writer.ahead.in_order``) while this
-    thread writes."""
+    thread writes. The file's :class:`HeadScan`, taken as its bytes were written where they
+    came in the file's order (None where they did not: ``scan_head`` then reads it back)."""
     specs = plan.specs()
-    with SafetensorsWriter(path, specs, metadata or {"format": "mlx"}) as w:
+    meta = metadata or {"format": "mlx"}
+    header, offsets = build_header(specs, meta)
+    at = len(header)
+    scan = HeadScanner({s.key: TensorInfo(s.key, path.name, s.dtype, s.shape, at + offsets[s.key],
+                                          at + offsets[s.key] + s.nbytes) for s in specs})
+    with SafetensorsWriter(path, specs, meta, observe=scan.feed) as w:
         for writes, done in in_order(_slice_jobs(plan, entries, read)):
             for key, data, index, count in writes:
                 w.write(key, data, index, count)
             if on_progress and done:
                 on_progress(done)
+    return scan.result() if w.in_order else None
 
 
 @dataclass
@@ -131,61 +138,111 @@ class HeadScan:
 _CHUNK = 1 << 22
 
 
+class HeadScanner:
+    """A :class:`HeadScan` of a file's bytes fed in order, from wherever they come: read back
+    (``scan_head``), or as the writer writes them (``write_plan``: a second pass over a giant
+    head's GBs took as long as converting them). The two sha256 streams each run in a thread of
+    their own (hashlib lets go of the GIL on large buffers), one chunk in flight each."""
+
+    def __init__(self, keys: Mapping[str, TensorInfo], *, whole_file: bool = True) -> None:
+        self._infos = sorted(keys.items(), key=lambda kv: kv[1].begin)
+        self._whole = hashlib.sha256() if whole_file else None
+        self._pending: dict[str, Future[None]] = {}
+        self._k, self.pos = 0, 0
+        self._h = hashlib.sha256()
+        self._largest, self._nonzero, self._carry = 0, False, b""
+        self.out = HeadScan()
+        self._finish_empty()
+
+    def feed(self, chunk: "bytes | memoryview") -> None:
+        """The file's next bytes (any length; a tensor's bytes may span several calls)."""
+        view = memoryview(chunk).cast("B")
+        if self._whole is not None:
+            self._hash("file", self._whole, view)
+        while len(view):
+            if self._k >= len(self._infos) or self.pos < self._infos[self._k][1].begin:
+                # bytes outside every tensor: the header, or what follows the last one
+                end = self._infos[self._k][1].begin if self._k < len(self._infos) else self.pos + len(view)
+                take = min(len(view), end - self.pos)
+            else:
+                k, info = self._infos[self._k]
+                take = min(len(view), info.end - self.pos)
+                part = view[:take]
+                self._hash("tensor", self._h, part)
+                if info.dtype in FLOAT_BITS:
+                    self._largest = max(self._largest, largest_magnitude(self._whole_values(part, info.dtype), info.dtype))
+                elif not self._nonzero and np.frombuffer(part, np.uint8).any():
+                    self._nonzero = True
+            self.pos += take
+            view = view[take:]
+            self._finish_empty()
+
+    def _whole_values(self, part: memoryview, dtype: str) -> "bytes | memoryview":
+        """``part``'s whole values: a value split between two feeds waits for its second half
+        (the writer's and the reader's chunks end between values; a caller's need not)."""
+        size = np.dtype(FLOAT_BITS[dtype][0]).itemsize
+        if not self._carry and len(part) % size == 0:
+            return part
+        buf = self._carry + bytes(part)
+        cut = len(buf) - len(buf) % size
+        self._carry = buf[cut:]
+        return buf[:cut]
+
+    def skip_to(self, pos: int) -> None:
+        """Bytes not fed up to ``pos`` (a scan of named tensors only, no whole-file hash)."""
+        assert self._whole is None and pos >= self.pos
+        self.pos = pos
+        self._finish_empty()
+
+    def result(self) -> HeadScan:
+        if self._k < len(self._infos):
+            raise OSError(f"the file ends before tensor {self._infos[self._k][0]} does")
+        for job in self._pending.values():
+            job.result()
+        self.out.file_sha256 = self._whole.hexdigest() if self._whole is not None else ""
+        return self.out
+
+    def _hash(self, stream: str, h: "hashlib._Hash", data: memoryview) -> None:
+        if stream in self._pending:
+            self._pending.pop(stream).result()
+        self._pending[stream] = named_pool(f"hash-{stream}", 1).submit(h.update, data)
+
+    def _finish_empty(self) -> None:
+        """Every tensor the position has reached the end of: its digest and data checks."""
+        while self._k < len(self._infos) and self._infos[self._k][1].end <= self.pos:
+            k, info = self._infos[self._k]
+            if "tensor" in self._pending:
+                self._pending.pop("tensor").result()
+            is_float = info.dtype in FLOAT_BITS
+            finite = not is_float or self._largest < FLOAT_BITS[info.dtype][1]
+            nonzero = self._nonzero or self._largest > 0  # -0.0 counts as zero, as `a != 0` does
+            self.out.digests[k] = self._h.hexdigest()
+            is_proj = k.endswith(".scales") or (len(info.shape) >= 2 and not k.endswith(".biases"))
+            if not finite:
+                self.out.nonfinite.append(k)
+            elif is_proj and info.nbytes and not nonzero:
+                self.out.degenerate.append(k)
+            self._k += 1
+            self._h, self._largest, self._nonzero, self._carry = hashlib.sha256(), 0, False, b""
+
+
 def scan_head(path: Path, keys: Mapping[str, TensorInfo], *, whole_file: bool = True) -> HeadScan:
     """Digests and data checks of every tensor in ``path``, reading it once from start to end.
 
     ``whole_file=False`` reads only the tensors named (no whole-file hash): inspect's data check
     of a head that shares its shards with the backbone."""
-    out = HeadScan()
-    whole = hashlib.sha256()
-    infos = sorted(keys.items(), key=lambda kv: kv[1].begin)
-    # the whole-file hash runs in a second thread (hashlib releases the GIL on large buffers):
-    # two sha256 passes over GBs are most of this function's time; one chunk in flight
-    pool = side_thread()
-    pending: list[Future[None]] = []
-
-    def feed(chunk: bytes) -> None:
-        if not whole_file:
-            return
-        if pending:
-            pending.pop().result()
-        pending.append(pool.submit(whole.update, chunk))
-
+    scan = HeadScanner(keys, whole_file=whole_file)
+    infos = sorted(keys.values(), key=lambda i: i.begin)
     with open(path, "rb") as f:
-        pos = 0
-        for k, info in infos:
-            if info.begin > pos:
-                if whole_file:
-                    feed(f.read(info.begin - pos))
-                else:
-                    f.seek(info.begin)
-            h = hashlib.sha256()
-            left = info.nbytes
-            largest, nonzero = 0, False  # the largest magnitude's bits, for a float tensor
-            is_float = info.dtype in FLOAT_BITS
-            while left:
-                chunk = f.read(min(left, _CHUNK))
+        for info in infos:
+            if not whole_file and info.begin > scan.pos:
+                f.seek(info.begin)
+                scan.skip_to(info.begin)
+            while scan.pos < info.end:
+                chunk = f.read(min(info.end - scan.pos, _CHUNK))
                 if not chunk:
                     raise OSError(f"{path} is shorter than its header says")
-                feed(chunk)
-                h.update(chunk)
-                left -= len(chunk)
-                if is_float:
-                    largest = max(largest, largest_magnitude(chunk, info.dtype))
-                elif not nonzero and chunk.count(0) != len(chunk):
-                    nonzero = True
-            finite = not is_float or largest < FLOAT_BITS[info.dtype][1]
-            nonzero = nonzero or largest > 0  # -0.0 counts as zero, as `a != 0` does
-            pos = info.end
-            out.digests[k] = h.hexdigest()
-            is_proj = k.endswith(".scales") or (len(info.shape) >= 2 and not k.endswith(".biases"))
-            if not finite:
-                out.nonfinite.append(k)
-            elif is_proj and info.nbytes and not nonzero:
-                out.degenerate.append(k)
+                scan.feed(chunk)
         for chunk in iter(lambda: f.read(_CHUNK), b"") if whole_file else ():
-            feed(chunk)
-        if pending:
-            pending.pop().result()
-    out.file_sha256 = whole.hexdigest() if whole_file else ""
-    return out
+            scan.feed(chunk)
+    return scan.result()

@@ -4,6 +4,13 @@ Because every output shape is planned in advance, the header (and so every tenso
 fixed up front; data then arrives in any order — one expert slice of a stack at a time, the
 quantized triplet of a slice into three places — and is written at its offset. Peak memory is
 one slice, whatever the head's size (docs/SPEC.md §4).
+
+Data that arrives in the file's order (a float head: every slice follows the one before) goes
+past the page cache where the platform allows (``writer.uncached``: the kernel's copy into its
+cache cost a giant head ~1 ns a byte of CPU) and past an observer, which sees the file's bytes
+in order as they are written (the caller's digests, without reading GBs back). The first slice
+out of order ends both: what follows is written at its offset through the page cache, as before,
+and ``in_order`` says so.
 """
 
 from __future__ import annotations
@@ -14,11 +21,11 @@ import os
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..checkpoint.safetensors_header import DTYPE_SIZES
 from .ahead import EarlySync
-from .uncached import pwrite_all
+from .uncached import UncachedAppender, pwrite_all
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,11 @@ def build_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = 
 
 
 class SafetensorsWriter:
-    """Create ``path`` (must not exist) and fill it slice by slice."""
+    """Create ``path`` (must not exist) and fill it slice by slice; ``observe`` is handed the
+    file's bytes (its header first) while they are written in order (``in_order``)."""
 
-    def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None) -> None:
+    def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None,
+                 observe: Callable[[bytes], None] | None = None) -> None:
         self.path = Path(path)
         self.specs = {s.key: s for s in specs}
         header, offsets = build_header(specs, metadata)
@@ -62,9 +71,20 @@ class SafetensorsWriter:
         self.total = self.data_start + sum(s.nbytes for s in specs)
         self._written = {s.key: 0 for s in specs}
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(self._fd, header, 0)
-        os.ftruncate(self._fd, self.total)
+        self._direct: UncachedAppender | None = None
+        self._observe = observe
+        try:
+            pwrite_all(self._fd, header, 0, self.path)
+            os.ftruncate(self._fd, self.total)
+            self._direct = UncachedAppender.open(self.path, self._fd, self.data_start, header)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self._sync = EarlySync(self._fd)
+        self._next = self.data_start  # where the next byte in the file's order goes
+        self.in_order = True
+        if observe is not None:
+            observe(header)
 
     def write(self, key: str, data: bytes, index: int = 0, count: int = 1) -> None:
         """Write slice ``index`` of ``count`` equal slices of tensor ``key``."""
@@ -72,19 +92,48 @@ class SafetensorsWriter:
         step = spec.nbytes // count
         if len(data) != step:
             raise ValueError(f"{key}: slice of {len(data)} bytes, expected {step}")
-        done = pwrite_all(self._fd, data, self.data_start + self.offsets[key] + index * step, self.path)
+        at = self.data_start + self.offsets[key] + index * step
+        if self.in_order and at == self._next:
+            if self._direct is not None:
+                done = self._direct.write(data)
+            else:
+                done = pwrite_all(self._fd, data, at, self.path)
+                self._sync.wrote(done)
+            self._next += done
+            if self._observe is not None:
+                self._observe(data)
+        else:
+            self._out_of_order()
+            done = pwrite_all(self._fd, data, at, self.path)
+            self._sync.wrote(done)
         self._written[key] += done
-        self._sync.wrote(done)
+
+    def _out_of_order(self) -> None:
+        """The file's order is left: the direct writes end (their last block onto the file) and
+        the observer hears no more."""
+        if self._direct is not None:
+            self._direct.finish()
+            self._direct.close()
+            self._direct = None
+        self.in_order, self._observe = False, None
 
     def close(self) -> None:
         incomplete = [k for k, s in self.specs.items() if self._written[k] != s.nbytes]
         try:
             if incomplete:
                 raise RuntimeError(f"{self.path.name}: tensors not fully written: {incomplete[:3]}")
+            if self._direct is not None:
+                self._direct.finish()
             self._sync.wait()
             os.fsync(self._fd)
         finally:
-            os.close(self._fd)
+            self._release()
+
+    def _release(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
+        os.close(self._fd)
 
     def __enter__(self) -> "SafetensorsWriter":
         return self
@@ -95,4 +144,4 @@ class SafetensorsWriter:
         else:
             with contextlib.suppress(OSError):
                 self._sync.wait()
-            os.close(self._fd)
+            self._release()
