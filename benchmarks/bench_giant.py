@@ -18,7 +18,10 @@ head). Measured: bytes the server sent / head bytes (target <= 1.01), peak RSS a
 interpreter / head bytes (<= 0.25, flat in expert count), wall time / (cp + fsync of the bytes
 written, warm cache) (<= 1.3), and wall time against the run's I/O floor: cp + fsync of the output
 and of the download the run keeps in the Hub cache (a run from the Hub writes both; the target's
-cp + fsync counts the output only). Outputs are deleted after each run; the source is kept for reuse.
+cp + fsync counts the output only). Before each run the source is read once into memory, so that
+the loopback server sends it from there, as a remote Hub's bytes never touch this disk
+(``--cold-source``: the server reads the disk the run writes). Outputs are deleted after each
+run; the source is kept for reuse.
 
     python benchmarks/bench_giant.py --experts 16 64      # scaling series (~12 min; --local: ~20 min)
     python benchmarks/bench_giant.py                      # 256 experts: ~12.3 GB source, 25 GB f16 output,
@@ -270,7 +273,24 @@ def tensors_read(server: Any, repo: str, prefix: str) -> tuple[dict[str, int], l
     return read, sorted(others)
 
 
-def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scratch: Path, prefix: str) -> dict[str, Any]:
+def warm(src: Path) -> float:
+    """Read the source's files once, so that the loopback server sends them from memory: the
+    Hub's server reads its own disks, not the user's, and a loopback server reading this disk
+    took a giant head's run's disk time (the cp + fsync steps between runs evict the source)."""
+    t0 = time.perf_counter()
+    buf = bytearray(8 << 20)
+    for f in sorted(src.rglob("*")):
+        if f.is_file():
+            with open(f, "rb", buffering=0) as fh:
+                while fh.readinto(buf):
+                    pass
+    return time.perf_counter() - t0
+
+
+def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scratch: Path, prefix: str,
+            src: Path | None = None) -> dict[str, Any]:
+    """One add-mtp from the loopback hub; ``src`` (the served folder) read into memory first
+    (``warm``) unless None (``--cold-source``: the server reads this disk as the run writes it)."""
     out = scratch / (f"out-{precision}.gguf" if fmt == "gguf" else f"out-mlx-{precision}")
     for x in (out, out.with_name(out.name + ".mtpforge.json")):
         shutil.rmtree(x, ignore_errors=True) if x.is_dir() else x.unlink(missing_ok=True)
@@ -281,6 +301,7 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     env = C.child_env(HF_ENDPOINT=server.endpoint, HF_HOME=str(hf), HF_HUB_DISABLE_TELEMETRY="1",
                       HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_ENABLE_HF_TRANSFER="0", HF_TOKEN="")
     env.pop("HF_HUB_OFFLINE", None)
+    warm_s = warm(src) if src is not None else None
     C.settle_disk()
     m = C.run_measured(C.mtpforge_cmd("add-mtp", "--source", repo, "--target", str(target), "--output", str(out),
                                       "--precision", precision, "--fetch", "ranges", "--json"), env=env)
@@ -297,7 +318,8 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     return {"format": fmt, "precision": precision, "wall_s": m.wall_s, "cpu_s": m.cpu_s, "peak_rss": m.maxrss_bytes,
             "sent": sent, "tensor_bytes": tensor, "written_bytes": written, "hf_home_bytes": cache,
             "cp_fsync_s": cp.wall_s, "cache_cp_fsync_s": kept.wall_s, "io_floor_s": kept.wall_s + cp.wall_s, "head_bytes": sum(read.values()), "head_tensors": len(read), "other_tensors_read": others, "mtp_bytes": rep.get("mtp_bytes"), "fetched_bytes_reported": rep.get("fetched_bytes"),
-            "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout")}
+            "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout"),
+            "server_source": "memory" if src is not None else "disk", "warm_s": warm_s}
 
 
 def run_local(src: Path, fmt: str, precision: str, target: Path, scratch: Path) -> dict[str, Any]:
@@ -324,6 +346,9 @@ def main() -> None:
     ap.add_argument("--link", type=float, default=None, metavar="MB/S",
                     help="pace the hub's answers to this many MB a second (a real link; default: loopback speed)")
     ap.add_argument("--keep-source", action="store_true", help="keep the generated source (default: delete it after)")
+    ap.add_argument("--cold-source", action="store_true",
+                    help="let the loopback server read the source from this disk during the run (default: read into "
+                         "memory first, as a remote Hub's bytes are not on this disk)")
     ap.add_argument("--name", default=None, help="result file name (default: giant, or giant-quick)")
     a = ap.parse_args()
     dims = QUICK if a.quick else FULL
@@ -351,7 +376,8 @@ def main() -> None:
             for fmt, precision in RUNS:
                 if a.only and f"{fmt}-{precision}" not in a.only:
                     continue
-                r = run_one(server, repo, fmt, precision, gguf if fmt == "gguf" else mlx, scratch, head_prefix(cfg))
+                r = run_one(server, repo, fmt, precision, gguf if fmt == "gguf" else mlx, scratch, head_prefix(cfg),
+                            None if a.cold_source else src)
                 head = r["head_bytes"]
                 r.update(experts=E, layer_bytes=layer, repo_bytes=repo_bytes, idle_rss=idle_rss,
                          fetched_ratio=r["sent"] / head, fetched_data_ratio=r["tensor_bytes"] / head,
