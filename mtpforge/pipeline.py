@@ -435,10 +435,10 @@ def _write(plan: AddPlan, ex: _Existing, read: Reader, result: AddResult, prog: 
         prog.step(f"converting to the {head.layout} layout")
         head_file = stage.new_file(head.file)
         with prog.bytes_bar("converting", source_bytes(list(plan.to_fetch))) as advance:
-            written = write_plan(head, head_file, plan.source.head.entries, read, on_progress=advance)
+            scanned = write_plan(head, head_file, plan.source.head.entries, read, on_progress=advance)
         head_infos = read_local_header(head_file, head.file).tensors
         # digests + data checks: taken as the bytes were written, else in one bounded pass
-        scan = written or scan_head(head_file, head_infos)
+        scan = scanned if scanned is not None else scan_head(head_file, head_infos)
         side, written = _edit_side_files(plan, stage, head_infos)
         added = [head.file] + side
         changed = {rel: edit_record(rel, e, before_bytes[rel], stage.path(rel).read_bytes())
