@@ -152,7 +152,7 @@ class HeadScanner:
         self._h = hashlib.sha256()
         self._largest, self._nonzero, self._carry = 0, False, b""
         self.out = HeadScan()
-        self._finish_empty()
+        self._finish_reached()
 
     def feed(self, chunk: "bytes | memoryview") -> None:
         """The file's next bytes (any length; a tensor's bytes may span several calls)."""
@@ -175,7 +175,7 @@ class HeadScanner:
                     self._nonzero = True
             self.pos += take
             view = view[take:]
-            self._finish_empty()
+            self._finish_reached()
 
     def _whole_values(self, part: memoryview, dtype: str) -> "bytes | memoryview":
         """``part``'s whole values: a value split between two feeds waits for its second half
@@ -192,7 +192,7 @@ class HeadScanner:
         """Bytes not fed up to ``pos`` (a scan of named tensors only, no whole-file hash)."""
         assert self._whole is None and pos >= self.pos
         self.pos = pos
-        self._finish_empty()
+        self._finish_reached()
 
     def result(self) -> HeadScan:
         if self._k < len(self._infos):
@@ -207,7 +207,7 @@ class HeadScanner:
             self._pending.pop(stream).result()
         self._pending[stream] = named_pool(f"hash-{stream}", 1).submit(h.update, data)
 
-    def _finish_empty(self) -> None:
+    def _finish_reached(self) -> None:
         """Every tensor the position has reached the end of: its digest and data checks."""
         while self._k < len(self._infos) and self._infos[self._k][1].end <= self.pos:
             k, info = self._infos[self._k]
