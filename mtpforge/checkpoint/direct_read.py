@@ -17,18 +17,16 @@ before a direct read of it.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import threading
 
-#: alignment of every direct read's offset, size and buffer (a page: covers 512- and 4096-byte
-#: logical blocks)
-ALIGN = 4096
+# the direct writes' alignment and refusals hold for direct reads too
+from ..writer.uncached import ALIGN, REFUSED
+
 #: the largest buffer a thread keeps between reads (row blocks are a few MiB); a larger span gets
 #: a buffer of its own, returned to the system after the read
 KEEP = 32 << 20
-_REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
 _local = threading.local()
 
 
@@ -39,13 +37,13 @@ def read_span(path: str, offset: int, n: int) -> bytes:
         try:
             fd = os.open(path, os.O_RDONLY | flag)
         except OSError as e:
-            if e.errno not in _REFUSED:
+            if e.errno not in REFUSED:
                 raise
         else:
             try:
                 return _direct(fd, offset, n)
             except OSError as e:
-                if e.errno not in _REFUSED:
+                if e.errno not in REFUSED:
                     raise
             finally:
                 os.close(fd)

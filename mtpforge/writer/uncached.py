@@ -31,9 +31,9 @@ from .ahead import named_pool
 ALIGN = 4096
 #: bytes gathered before a direct write: large writes keep the disk busy, one at a time
 STAGE = 8 << 20
-#: how a file system that opened a file for direct I/O refuses the writes after all (FUSE and
-#: some network file systems): the rest then goes through the ordinary descriptor
-_REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
+#: how a file system that opened a file for direct I/O refuses its reads or writes after all
+#: (FUSE and some network file systems): the rest then goes through the ordinary descriptor
+REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)})
 
 
 class UncachedAppender:
@@ -123,7 +123,7 @@ class UncachedAppender:
                 pwrite_all(self._direct, data, offset)
                 return
             except OSError as e:
-                if e.errno not in _REFUSED:
+                if e.errno not in REFUSED:
                     raise
                 os.close(self._direct)  # the file system takes no direct write after all
                 self._direct = None
@@ -142,4 +142,4 @@ def pwrite_all(fd: int, data: "bytes | memoryview", offset: int, name: object = 
     return done
 
 
-__all__ = ["UncachedAppender", "pwrite_all", "ALIGN", "STAGE"]
+__all__ = ["UncachedAppender", "pwrite_all", "ALIGN", "REFUSED", "STAGE"]
