@@ -26,7 +26,7 @@ from .passes.norms import add_offset
 from .passes.quantize import cast_float32, quantize
 from .plan import OutModule, Plan
 from .writer.ahead import in_order, named_pool
-from .writer.safetensors_stream import SafetensorsWriter, build_header
+from .writer.safetensors_stream import SafetensorsWriter
 
 #: output float dtype -> the safetensors dtype whose bytes pass through unchanged
 _ST_FLOAT = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -107,13 +107,9 @@ def write_plan(
     the row blocks read and converted on every core (``writer.ahead.in_order``) while this
     thread writes. The file's :class:`HeadScan`, taken as its bytes were written where they
     came in the file's order (None where they did not: ``scan_head`` then reads it back)."""
-    specs = plan.specs()
-    meta = metadata or {"format": "mlx"}
-    header, offsets = build_header(specs, meta)
-    at = len(header)
-    scan = HeadScanner({s.key: TensorInfo(s.key, path.name, s.dtype, s.shape, at + offsets[s.key],
-                                          at + offsets[s.key] + s.nbytes) for s in specs})
-    with SafetensorsWriter(path, specs, meta, observe=scan.feed) as w:
+    with SafetensorsWriter(path, plan.specs(), metadata or {"format": "mlx"}) as w:
+        scan = HeadScanner(w.tensors())
+        w.watch(scan.feed)
         for writes, done in in_order(_slice_jobs(plan, entries, read)):
             for key, data, index, count in writes:
                 w.write(key, data, index, count)

@@ -55,11 +55,13 @@ def test_the_same_file_in_order_or_not_and_the_scan_of_its_bytes(tmp_path: Path,
         writes = [writes[i] for i in rng.permutation(len(writes))]
     path = tmp_path / "head.safetensors"
     seen: list[bytes] = []
-    with SafetensorsWriter(path, _specs(), {"format": "mlx"}, observe=lambda b: seen.append(bytes(b))) as w:
+    with SafetensorsWriter(path, _specs(), {"format": "mlx"}) as w:
+        w.watch(lambda b: seen.append(bytes(b)))
         for k, data, i, n in writes:
             w.write(k, data, i, n)
     assert w.in_order is (not shuffled)
     data, infos = path.read_bytes(), read_local_header(path, path.name).tensors
+    assert w.tensors() == infos  # the spans the writer gives are its header's
     for k, a in arrays.items():
         assert data[infos[k].begin:infos[k].end] == a.tobytes(), k
     if not shuffled:

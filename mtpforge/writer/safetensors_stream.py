@@ -8,7 +8,7 @@ one slice, whatever the head's size (docs/SPEC.md §4).
 Data that arrives in the file's order (a float head: every slice follows the one before) goes
 past the page cache where the platform allows (``writer.uncached``: the kernel's copy into its
 cache cost a giant head ~1 ns a byte of CPU) and past an observer, which sees the file's bytes
-in order as they are written (the caller's digests, without reading GBs back). The first slice
+in order as they are written (``watch``: the caller's digests, without reading GBs back). The first slice
 out of order ends both: what follows is written at its offset through the page cache, as before,
 and ``in_order`` says so.
 """
@@ -23,7 +23,7 @@ from math import prod
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..checkpoint.safetensors_header import DTYPE_SIZES
+from ..checkpoint.safetensors_header import DTYPE_SIZES, TensorInfo
 from .ahead import EarlySync
 from .uncached import UncachedAppender, pwrite_all
 
@@ -58,11 +58,10 @@ def build_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = 
 
 
 class SafetensorsWriter:
-    """Create ``path`` (must not exist) and fill it slice by slice; ``observe`` is handed the
-    file's bytes (its header first) while they are written in order (``in_order``)."""
+    """Create ``path`` (must not exist) and fill it slice by slice; an observer (``watch``) is
+    handed the file's bytes (its header first) while they are written in order (``in_order``)."""
 
-    def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None,
-                 observe: Callable[[bytes], None] | None = None) -> None:
+    def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None) -> None:
         self.path = Path(path)
         self.specs = {s.key: s for s in specs}
         header, offsets = build_header(specs, metadata)
@@ -72,7 +71,8 @@ class SafetensorsWriter:
         self._written = {s.key: 0 for s in specs}
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._direct: UncachedAppender | None = None
-        self._observe = observe
+        self._observe: Callable[[bytes], None] | None = None
+        self._header = header
         try:
             pwrite_all(self._fd, header, 0, self.path)
             os.ftruncate(self._fd, self.total)
@@ -83,8 +83,19 @@ class SafetensorsWriter:
         self._sync = EarlySync(self._fd)
         self._next = self.data_start  # where the next byte in the file's order goes
         self.in_order = True
-        if observe is not None:
-            observe(header)
+
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor's span in the file, as a reader of its header finds it."""
+        return {k: TensorInfo(k, self.path.name, s.dtype, s.shape, self.data_start + self.offsets[k],
+                              self.data_start + self.offsets[k] + s.nbytes) for k, s in self.specs.items()}
+
+    def watch(self, observe: Callable[[bytes], None]) -> None:
+        """Hand ``observe`` the file's bytes in order from its start: the header now, then each
+        slice written in order, until the first one out of order. Before any slice is written."""
+        if self._next != self.data_start or not self.in_order:
+            raise RuntimeError(f"{self.path.name}: watched after its first slice")
+        self._observe = observe
+        observe(self._header)
 
     def write(self, key: str, data: bytes, index: int = 0, count: int = 1) -> None:
         """Write slice ``index`` of ``count`` equal slices of tensor ``key``."""
