@@ -11,7 +11,7 @@ the head's, so a fetch has to pick the head's bytes out of shards that hold othe
 
 Targets: a head-less GGUF trunk (tests.support.synth.gguf_trunk: what add-mtp reads of a
 ``deepseek2`` trunk) and a one-layer 4-bit MLX folder written with mlx-lm's own model class, both
-with the head's dimensions. Each run is ``add-mtp --source <repo id> --fetch ranges`` against the
+with the head's dimensions. Each run is ``add-mtp --source <repo id> --fetch ranges`` (``--fetch stream`` with that option) against the
 loopback hub (tests.support.synth.hub_server, real huggingface_hub client over HTTP, an empty
 HF_HOME), in its own child process: GGUF f16, GGUF q8_0, MLX sidecar (bf16, the default for a MoE
 head). Measured: bytes the server sent / head bytes (target <= 1.01), peak RSS above an idle
@@ -288,7 +288,7 @@ def warm(src: Path) -> float:
 
 
 def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scratch: Path, prefix: str,
-            src: Path | None = None) -> dict[str, Any]:
+            src: Path | None = None, fetch: str = "ranges") -> dict[str, Any]:
     """One add-mtp from the loopback hub; ``src`` (the served folder) read into memory first
     (``warm``) unless None (``--cold-source``: the server reads this disk as the run writes it)."""
     out = scratch / (f"out-{precision}.gguf" if fmt == "gguf" else f"out-mlx-{precision}")
@@ -304,7 +304,7 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     warm_s = warm(src) if src is not None else None
     C.settle_disk()
     m = C.run_measured(C.mtpforge_cmd("add-mtp", "--source", repo, "--target", str(target), "--output", str(out),
-                                      "--precision", precision, "--fetch", "ranges", "--json"), env=env)
+                                      "--precision", precision, "--fetch", fetch, "--json"), env=env)
     rep = m.json()
     written = out_bytes(out)
     sent, tensor = server.sent_bytes(repo), server.tensor_bytes(repo)
@@ -318,7 +318,7 @@ def run_one(server: Any, repo: str, fmt: str, precision: str, target: Path, scra
     return {"format": fmt, "precision": precision, "wall_s": m.wall_s, "cpu_s": m.cpu_s, "peak_rss": m.maxrss_bytes,
             "sent": sent, "tensor_bytes": tensor, "written_bytes": written, "hf_home_bytes": cache,
             "cp_fsync_s": cp.wall_s, "cache_cp_fsync_s": kept.wall_s, "io_floor_s": kept.wall_s + cp.wall_s, "head_bytes": sum(read.values()), "head_tensors": len(read), "other_tensors_read": others, "mtp_bytes": rep.get("mtp_bytes"), "fetched_bytes_reported": rep.get("fetched_bytes"),
-            "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout"),
+            "fetch": fetch, "fetch_mode": rep.get("fetch_mode"), "layout": rep.get("layout"),
             "server_source": "memory" if src is not None else "disk", "warm_s": warm_s}
 
 
@@ -349,6 +349,9 @@ def main() -> None:
     ap.add_argument("--cold-source", action="store_true",
                     help="let the loopback server read the source from this disk during the run (default: read into "
                          "memory first, as a remote Hub's bytes are not on this disk)")
+    ap.add_argument("--fetch", choices=["ranges", "stream"], default="ranges",
+                    help="add-mtp's --fetch: ranges keeps the download in the Hub cache (the I/O floor counts its "
+                         "cp + fsync), stream holds it in memory until converted")
     ap.add_argument("--name", default=None, help="result file name (default: giant, or giant-quick)")
     a = ap.parse_args()
     dims = QUICK if a.quick else FULL
@@ -377,7 +380,7 @@ def main() -> None:
                 if a.only and f"{fmt}-{precision}" not in a.only:
                     continue
                 r = run_one(server, repo, fmt, precision, gguf if fmt == "gguf" else mlx, scratch, head_prefix(cfg),
-                            None if a.cold_source else src)
+                            None if a.cold_source else src, a.fetch)
                 head = r["head_bytes"]
                 r.update(experts=E, layer_bytes=layer, repo_bytes=repo_bytes, idle_rss=idle_rss,
                          fetched_ratio=r["sent"] / head, fetched_data_ratio=r["tensor_bytes"] / head,
@@ -409,14 +412,14 @@ def main() -> None:
         for t, r in zip(trows, rows):
             t += [r["local_wall_s"], r["local_vs_cp_fsync"]]
     print()
-    print(C.table(f"DeepSeek-V3-like FP8 head over the loopback hub (--fetch ranges); RSS above an idle interpreter "
+    print(C.table(f"DeepSeek-V3-like FP8 head over the loopback hub (--fetch {a.fetch}); RSS above an idle interpreter "
                   f"({C.mib(idle_rss):.0f} MiB)", headers, trows))
     ok = {"fetched <= 1.01": all(r["fetched_ratio"] <= 1.01 for r in rows),
           "rss <= 0.25": all(r["rss_ratio"] <= 0.25 for r in rows),
           "wall <= 1.3 cp+fsync": all(r["wall_vs_cp_fsync"] <= 1.3 for r in rows)}
     print("\n" + "; ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in ok.items()))
     path = C.write_result(a.name or ("giant-quick" if a.quick else "giant"), {
-        "dims": dims, "link_mb_s": a.link, "vocab": a.vocab, "intermediate": a.intermediate, "shards": a.shards, "idle_rss_bytes": idle_rss,
+        "dims": dims, "fetch": a.fetch, "link_mb_s": a.link, "vocab": a.vocab, "intermediate": a.intermediate, "shards": a.shards, "idle_rss_bytes": idle_rss,
         "idle_samples": idle, "rows": rows, "targets": ok, "markdown": C.markdown_table(headers, trows)})
     print(f"wrote {path}")
 

@@ -157,10 +157,14 @@ def refuse_misfit(source: Mapping[str, Optional[int]], target: Mapping[str, Opti
 
 
 def fetch_list(slices: Iterable[SliceRef], entries: Mapping[str, TensorInfo]) -> list[TensorInfo]:
-    """Every source tensor the slices read, with the block scales they need."""
-    keys = {s.src for s in slices}
-    keys |= {sk for k in keys if (sk := scale_of(k, entries)) is not None}
-    return [entries[k] for k in sorted(keys)]
+    """Every source tensor the slices read, each block scale just before its tensor, in the
+    order the slices come (the conversion's: ``--fetch stream`` downloads in this order)."""
+    keys: dict[str, None] = {}
+    for s in slices:
+        if (sk := scale_of(s.src, entries)) is not None:
+            keys.setdefault(sk)
+        keys.setdefault(s.src)
+    return [entries[k] for k in keys]
 
 
 #: conversion steps held at once: writer.ahead's most threads (4) and the step the writer waits on

@@ -376,7 +376,7 @@ def execute(plan: "AddPlan | GgufAddPlan", *, progress: bool = True) -> AddResul
         to_fetch = list(plan.to_fetch)
         result.dry_run = DryRunFacts(plan.files, source_bytes(to_fetch), len(to_fetch),
                                      sorted({i.file for i in to_fetch}),
-                                     None if plan.source.local else planned_requests(to_fetch),
+                                     None if plan.source.local else planned_requests(to_fetch, plan.options.fetch),
                                      plan.head.peak_memory_estimate(plan.source.head.entries))
         return result
     ex = _existing(plan)

@@ -115,12 +115,22 @@ class SourceBytes:
                  beside: tuple[Path, int] | None = None) -> None:
         self._store = store
         self._fetch = None
-        if not isinstance(store, LocalStore):
+        self._stream = None
+        if mode == "stream" and not isinstance(store, LocalStore):
+            from .checkpoint.hub import HubStore
+            from .checkpoint.stream_fetch import StreamFetch
+
+            if not isinstance(store, HubStore):
+                raise InputError(f"{store.name} is not a Hub repo", "local sources are read in place")
+            self._stream = StreamFetch(store, infos, progress)
+        elif not isinstance(store, LocalStore):
             from .checkpoint.fetch import BackgroundFetch
 
             self._fetch = BackgroundFetch(store, infos, mode, progress, beside)
 
-    def read(self, info: TensorInfo, a: int, b: int) -> bytes:
+    def read(self, info: TensorInfo, a: int, b: int) -> "bytes | memoryview":
+        if self._stream is not None:
+            return self._stream.read(info, a, b)
         if self._fetch is None:
             return self._store.read_range(info.file, info.begin + a, info.begin + b)
         path, off, n = self._fetch.locate(info.name)
@@ -130,7 +140,10 @@ class SourceBytes:
         return data
 
     def finish(self) -> tuple[int, str]:
-        """(bytes downloaded, how: ``local``, ``cached``, ``ranges``, ``shards``, ``ranges+shards``)."""
+        """(bytes downloaded, how: ``local``, ``cached``, ``ranges``, ``stream``, ``shards``, ``ranges+shards``)."""
+        if self._stream is not None:
+            res = self._stream.result()
+            return res.fetched_bytes, res.mode
         if self._fetch is None:
             return 0, "local"
         res = self._fetch.result()
@@ -139,10 +152,17 @@ class SourceBytes:
     def close(self) -> None:
         if self._fetch is not None:
             self._fetch.close()
+        if self._stream is not None:
+            self._stream.close()
 
 
-def planned_requests(infos: list[TensorInfo]) -> int:
-    """How many Range requests ``--fetch ranges`` will make (neighbours coalesced)."""
+def planned_requests(infos: list[TensorInfo], mode: str = "auto") -> int:
+    """How many Range requests ``--fetch ranges`` (neighbours coalesced) or ``--fetch stream``
+    (one a tensor, with the neighbours read right after it) will make."""
+    if mode == "stream":
+        from .checkpoint.stream_fetch import planned_stream_requests
+
+        return planned_stream_requests(infos)
     from .checkpoint.fetch import plan_runs
 
     return len(plan_runs(infos))

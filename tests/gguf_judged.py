@@ -106,18 +106,21 @@ def drafts_as_official(src: Path, trunk: Path, pre: str, work: Path) -> dict[str
     return with_ours
 
 
-def fetches_only_the_head(hub: Any, src: Path, trunk_in: Callable[[Path], Path], work: Path) -> None:
+def fetches_only_the_head(hub: Any, src: Path, trunk_in: Callable[[Path], Path], work: Path, fetch: str = "auto") -> None:
     """From the loopback Hub: ≤ 1.01 × the planned head bytes fetched (by mtpforge's count and
     by the hub's log), and the file written equals the one from the local source."""
     repo, _ = hub.publish(src)
     trunk = trunk_in(work)
-    dry = hub.run("add-mtp", "--source", repo, "--target", str(trunk), "--dry-run")
+    dry = hub.run("add-mtp", "--source", repo, "--target", str(trunk), "--dry-run", "--fetch", fetch)
     assert dry.code == 0, dry.stderr
     head_bytes = dry.json["fetch_bytes"]
     hub.server.clear_log()
-    r = hub.run("add-mtp", "--source", repo, "--target", str(trunk))
+    r = hub.run("add-mtp", "--source", repo, "--target", str(trunk), "--fetch", fetch)
     assert r.code == 0, r.stderr
-    assert 0 < r.json["fetched_bytes"] <= 1.01 * head_bytes and hub.tensor_bytes(repo) <= 1.01 * head_bytes
+    assert 0 < r.json["fetched_bytes"] <= 1.01 * head_bytes and hub.tensor_bytes(repo) <= 1.01 * head_bytes, \
+        (head_bytes, r.json["fetched_bytes"], [(e.range, e.tensor_bytes) for e in hub.log(repo) if e.tensor_bytes])
+    assert r.json["fetch_mode"] == ("stream" if fetch == "stream" else "ranges")
+    assert dry.json["fetch_requests"] == len([e for e in hub.log(repo) if e.tensor_bytes])
     local = add_mtp(trunk_in(work / "local"), src)
     assert sha256(Path(r.json["output"])) == sha256(Path(local["output"]))
 

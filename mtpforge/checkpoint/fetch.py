@@ -47,7 +47,7 @@ from .hub import HubStore, RangeIgnoredError, snapshot_file, hub_errors, repo_ca
 from .safetensors_header import TensorInfo
 from .store import Store
 
-MODES = ("auto", "ranges", "shards")
+MODES = ("auto", "ranges", "stream", "shards")
 #: bytes between wanted tensors that a run may carry along, as a share of the wanted bytes
 SLACK = 0.01
 #: the most one run asks for, cut between tensors (a tensor larger than this is a run of its own):

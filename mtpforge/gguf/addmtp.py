@@ -208,7 +208,7 @@ def execute_gguf(g: "GgufAddPlan", *, progress: bool = True) -> AddResult:
                         files_to_write=[str(g.dest), str(manifest_path(g.dest)), str(g.dest.parent / CARD)],
                         fetch_bytes=sum(i.nbytes for i in g.to_fetch), fetch_tensors=len(g.to_fetch),
                         fetch_files=sorted({i.file for i in g.to_fetch}), files_written=[],
-                        fetch_requests=None if g.src.local else planned_requests(g.to_fetch),
+                        fetch_requests=None if g.src.local else planned_requests(g.to_fetch, g.fetch),
                         peak_memory_estimate=peak_memory_estimate(
                             (step_bytes(s, g.src.entries[s.src], t.row_unit) for t in g.plan for s in t.slices), 8 << 20),
                         tensors={t.name: {"type": t.type.name, "shape": list(reversed(t.shape))} for t in g.plan})
