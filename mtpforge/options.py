@@ -68,7 +68,7 @@ class HeadOptions(BaseModel):
     precision: Optional[Precision] = Field(None, description="match (the target's bits), bf16, float16, or bits (2, 3, 4, 5, 6, 8); default: what the runtime loads (match; bf16 for MoE heads without --runtime); a GGUF head: f32, f16 (default), bf16 or q8_0.")
     keep_fc_full_precision: bool = Field(False, description="Keep the head's fc (its input projection) unquantized.")
     experts: Experts = Field("auto", description="MoE expert format; auto picks what the layout's runtime loads.")
-    fetch: Fetch = Field("auto", description="ranges: only the head's bytes, kept in a cache on disk; stream: only the head's bytes, held in memory until converted (nothing cached); shards: whole shards that hold it.")
+    fetch: Fetch = Field("auto", description="ranges: only the head's bytes, kept in a cache on disk; stream: only the head's bytes, held in memory until converted (nothing cached; auto takes it where the disk has no room for the cache); shards: whole shards that hold it.")
     force: bool = Field(False, description="Replace an MTP head already present.")
 
     @field_validator("precision", mode="before")

@@ -116,6 +116,10 @@ class SourceBytes:
         self._store = store
         self._fetch = None
         self._stream = None
+        if mode == "auto" and not isinstance(store, LocalStore) and _no_room_to_cache(store, infos, beside):
+            mode = "stream"
+            if progress is not None:
+                progress.step("no room to cache the download beside the head: streaming it instead (nothing is cached)")
         if mode == "stream" and not isinstance(store, LocalStore):
             from .checkpoint.hub import HubStore
             from .checkpoint.stream_fetch import StreamFetch
@@ -154,6 +158,13 @@ class SourceBytes:
             self._fetch.close()
         if self._stream is not None:
             self._stream.close()
+
+
+def _no_room_to_cache(store: Store, infos: list[TensorInfo], beside: tuple[Path, int] | None) -> bool:
+    from .checkpoint.fetch import no_room_to_cache
+    from .checkpoint.hub import HubStore
+
+    return isinstance(store, HubStore) and not store.offline and no_room_to_cache(store, infos, beside) is not None
 
 
 def planned_requests(infos: list[TensorInfo], mode: str = "auto") -> int:

@@ -256,9 +256,10 @@ _SMALL_DISK = ("import sys, mtpforge.writer.atomic as a\n"
 @pytest.mark.parametrize("fmt", ["mlx", "gguf"])
 def test_a_download_that_cannot_fit_in_the_cache_is_refused_before_it_starts(hub, synth, make_target, tmp_path, fmt):
     """A giant's download (~12 GB) and head (12-24 GB) that do not fit together on the one disk
-    they share (the common case: one internal disk) are refused up front, though the download alone
-    would fit: NO_SPACE, one line naming the cache and the head's folder, the bytes needed and
-    free; no tensor data requested, the target as it was, whichever format is written."""
+    they share (the common case: one internal disk) are refused up front by ``--fetch ranges``,
+    though the download alone would fit: NO_SPACE, one line naming the cache and the head's
+    folder, the bytes needed and free; no tensor data requested, the target as it was, whichever
+    format is written. ``auto`` streams instead, caching nothing: the head is written."""
     import subprocess
     import sys
 
@@ -273,13 +274,19 @@ def test_a_download_that_cannot_fit_in_the_cache_is_refused_before_it_starts(hub
     assert os.stat(tgt).st_dev == os.stat(tmp_path).st_dev  # the cache (under tmp_path) shares the target's disk
     free = mtp_source_bytes(synth.hf("qwen3_5")) + 1024  # room for the download alone
     before = folder_state(tgt.parent if fmt == "gguf" else tgt)
-    p = subprocess.run([sys.executable, "-c", _SMALL_DISK, str(hub.home), str(free), "add-mtp", "--source", repo,
-                        "--target", str(tgt), "--json"], capture_output=True, text=True, env=hub.env(), timeout=300)
+    small = [sys.executable, "-c", _SMALL_DISK, str(hub.home), str(free), "add-mtp", "--source", repo, "--target", str(tgt)]
+    p = subprocess.run([*small, "--fetch", "ranges", "--json"], capture_output=True, text=True, env=hub.env(), timeout=300)
     err = Run(p.returncode, p.stdout, p.stderr).assert_one_line_error(1)
     assert err["code"] == "NO_SPACE" and "for the download" in err["message"] and f"{free:,} bytes free" in err["message"]
     assert "on one disk" in err["message"] and str(tgt.parent if fmt == "gguf" else tgt) in err["message"]
     assert "HF_HOME" in err["fix"] and hub.tensor_bytes(repo) == 0
     assert folder_state(tgt.parent if fmt == "gguf" else tgt) == before
+
+    p = subprocess.run([*small, "--json"], capture_output=True, text=True, env=hub.env(), timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["status"] == "written" and out["fetch_mode"] == "stream" and out["fetched_bytes"] == hub.tensor_bytes(repo) > 0
+    assert not list(hub.home.rglob("ranges")) and folder_state(tgt.parent if fmt == "gguf" else tgt) != before
 
 
 def test_offline_after_one_online_run_needs_no_server(hub, synth, make_target):

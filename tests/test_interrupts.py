@@ -212,12 +212,14 @@ def test_ctrl_c_in_add_mtp(tmp_path: Path, make_hf, make_target, stage: str) -> 
         assert "committed" in line and (tgt / "mtpforge.json").is_file(), line
 
 
-def test_ctrl_c_while_a_hub_source_downloads_behind_the_conversion(tmp_path: Path, make_hf, make_target) -> None:
+@pytest.mark.parametrize("fetch", ["ranges", "stream"])
+def test_ctrl_c_while_a_hub_source_downloads_behind_the_conversion(tmp_path: Path, make_hf, make_target, fetch: str) -> None:
     """add-mtp from the Hub converts while a thread of its own downloads the head (a link paced
     so that the download takes seconds), its bar beside the conversion's: Ctrl-C in the middle of
     the download stops both — exit 130, one line, no traceback nor a thread's "Exception
     ignored", the target as it was — and the re-run the line advises completes, from what the
-    download had kept, with the same head as an uninterrupted run from the source folder."""
+    download had kept (``ranges``; ``stream`` keeps nothing and downloads again), with the same
+    head as an uninterrupted run from the source folder."""
     from mtpforge.checkpoint.catalogue import load_catalogue
     from mtpforge.checkpoint.store import LocalStore
     from tests.support.synth.hub_server import HubServer
@@ -225,8 +227,12 @@ def test_ctrl_c_while_a_hub_source_downloads_behind_the_conversion(tmp_path: Pat
     src, tgt, plain = make_hf("qwen3_5"), make_target("qwen3_5"), make_target("qwen3_5")
     before = state(tgt)
     head = sum(t.nbytes for k, t in load_catalogue(LocalStore(src)).tensors.items() if k.startswith("mtp."))
-    args = ["add-mtp", "--source", "org/paced", "--target", str(tgt), "--fetch", "ranges"]
-    with HubServer(rate=head / 6) as server:  # the head's bytes take ~6 s, a 64 KiB chunk about every second
+    args = ["add-mtp", "--source", "org/paced", "--target", str(tgt), "--fetch", fetch]
+    from mtpforge.checkpoint.stream_fetch import CONNECTIONS
+
+    # the head's bytes take ~6 s, a 64 KiB chunk about every second (the pace is each answer's:
+    # the stream has CONNECTIONS of them at once)
+    with HubServer(rate=head / 6 / (CONNECTIONS if fetch == "stream" else 1)) as server:
         server.publish("org/paced", src)
         # the download's bar shows beside the conversion's (which waits for it at zero); pressed
         # when two chunks have left and four have not, a second either way from each

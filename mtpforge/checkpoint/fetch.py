@@ -363,6 +363,24 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     return res
 
 
+def no_room_to_cache(store: HubStore, infos: list[TensorInfo], beside: tuple[Path, int] | None) -> RefusedError | None:
+    """The refusal ``--fetch ranges`` would meet before downloading (its cache and the head do not
+    fit on their disk), or None: ``auto`` streams instead (``stream_fetch``), which needs room for
+    the head alone — a giant's 12 GB download beside its 24 GB head is what a full internal disk
+    cannot take, while the head alone it can."""
+    cache = RangeCache(store.repo_id, store.commit)
+    missing = _left_by_earlier_runs(store, cache, list({i.name: i for i in infos}.values()), lambda name, where: None)
+    if not missing:
+        return None
+    try:
+        check_download_room(cache.root, sum(r.nbytes for r in plan_runs(missing)), beside)
+    except RefusedError as e:
+        if e.code == "NO_SPACE":
+            return e
+        raise
+    return None
+
+
 def _left_by_earlier_runs(store: HubStore, cache: RangeCache, infos: list[TensorInfo],
                           located: Callable[[str, tuple[str, int, int]], None]) -> list[TensorInfo]:
     """Locates what earlier runs left (cached runs, then whole shards in the HF cache); returns
@@ -486,4 +504,5 @@ class BackgroundFetch:
         self._thread.join(timeout=5)
 
 
-__all__ = ["BackgroundFetch", "FetchResult", "Run", "RangeCache", "fetch_tensors", "plan_runs", "MODES", "RUN_CAP", "SLACK"]
+__all__ = ["BackgroundFetch", "FetchResult", "Run", "RangeCache", "fetch_tensors", "no_room_to_cache", "plan_runs", "MODES",
+           "RUN_CAP", "SLACK"]
