@@ -19,6 +19,7 @@ import pytest
 
 from mtpforge.checkpoint.safetensors_header import TensorInfo
 from mtpforge.checkpoint.stream_fetch import stream_groups
+from mtpforge.writer.ahead import WORKERS
 from tests.checkers import folder_state
 from tests.test_hub import local_reference, mtp_source_bytes
 
@@ -130,3 +131,41 @@ def test_a_stream_that_cannot_complete_fails_in_one_line_and_writes_nothing(hub,
     if fault == "ignore_range":
         assert "--fetch shards" in err["fix"]
     assert folder_state(tgt) == before
+
+
+@pytest.mark.parametrize("fmt", ["mlx", "gguf"])
+def test_the_conversion_reads_the_source_in_the_order_the_stream_downloads_it(tmp_path: Path, fmt: str, monkeypatch) -> None:
+    """The window bounds memory only while the conversion reads in the fetch list's order (a read
+    far out of order is downloaded past the window): each format's conversion of a block-FP8 MoE
+    head (DeepSeek-V3.2's) first reads every source tensor within a few places of where
+    ``to_fetch`` has it (the conversion's jobs run a few row blocks ahead, each slice's block scale
+    read as its job is queued), each block scale listed just before its weight."""
+    from mtpforge import source as source_module
+    from mtpforge.options import AddOptions
+    from mtpforge.pipeline import execute, plan_add_mtp
+    from tests.support.families import mlx_trunk, tiny_source
+    from tests.support.synth.deepseek_v32 import build_deepseek_v32_fp8
+    from tests.support.synth.gguf_trunk import synthetic_trunk
+
+    fp8 = build_deepseek_v32_fp8(tmp_path / "fp8")
+    if fmt == "mlx":
+        target = mlx_trunk("deepseek_v32", tiny_source("deepseek_v32", tmp_path / "src"), tmp_path / "mlx")
+    else:
+        target = synthetic_trunk(fp8, tmp_path / "g" / "trunk.gguf", name="Tiny-DeepSeek-V3.2")
+    seen: list[str] = []
+    real = source_module.SourceBytes.read
+
+    def recorded(self, info, a, b):  # the real read, its tensor's name noted on the way
+        if info.name not in seen:
+            seen.append(info.name)
+        return real(self, info, a, b)
+
+    monkeypatch.setattr(source_module.SourceBytes, "read", recorded)
+    plan = plan_add_mtp(AddOptions(source=str(fp8), target=str(target)), progress=False)
+    execute(plan, progress=False)
+    order = [i.name for i in plan.to_fetch]
+    assert sorted(seen) == sorted(order) and len(order) > 20 and any(n.endswith("weight_scale_inv") for n in order)
+    ahead = max(abs(seen.index(n) - k) for k, n in enumerate(order))
+    assert ahead <= 2 * (WORKERS + 1), (ahead, seen, order)
+    scales = [k for k, n in enumerate(order) if n.endswith("_scale_inv")]
+    assert all(order[k + 1] == order[k].removesuffix("_scale_inv") for k in scales)

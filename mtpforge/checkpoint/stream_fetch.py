@@ -85,7 +85,8 @@ class StreamFetch:
     read again after that is downloaded again, and counted."""
 
     def __init__(self, store: HubStore, infos: list[TensorInfo], progress: Progress | None = None,
-                 window: int = WINDOW, connections: int = CONNECTIONS) -> None:
+                 window: int | None = None, connections: int = CONNECTIONS) -> None:
+        window = window or WINDOW
         self._store, self._window = store, window
         unique = list({i.name: i for i in infos}.values())
         self._cached: dict[str, tuple[str, int, int]] = {}
