@@ -79,7 +79,8 @@ class _Memory:
 
 
 class StreamFetch:
-    """The downloads in a thread of their own, ``WINDOW`` ahead of the reads; the interface of
+    """The downloads in ``CONNECTIONS`` threads of their own, ``WINDOW`` ahead of the reads (the
+    room of a request is taken when it starts, so the requests in flight count); the interface of
     ``fetch.BackgroundFetch`` as ``source.SourceBytes`` uses it (``read``, ``result``, ``close``).
     A tensor is dropped, once its every byte has been read, when the window needs its room; one
     read again after that is downloaded again, and counted."""
