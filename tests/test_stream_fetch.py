@@ -169,3 +169,61 @@ def test_the_conversion_reads_the_source_in_the_order_the_stream_downloads_it(tm
     assert ahead <= 2 * (WORKERS + 1), (ahead, seen, order)
     scales = [k for k, n in enumerate(order) if n.endswith("_scale_inv")]
     assert all(order[k + 1] == order[k].removesuffix("_scale_inv") for k in scales)
+
+
+_CONNECTIONS = r"""
+import json, sys
+from mtpforge.checkpoint.catalogue import load_catalogue
+from mtpforge.checkpoint.hub import open_store
+from mtpforge.checkpoint import stream_fetch
+store = open_store(sys.argv[1])
+cat = load_catalogue(store)
+infos = [cat.tensors[f"w{i}"] for i in range(8)]
+sf = stream_fetch.StreamFetch(store, infos, window=4 * infos[0].nbytes)  # a request a tensor
+ok = all(bytes(sf.read(i, 0, 4)) == bytes(sf.read(i, 0, 4)) for i in infos)
+res = sf.result(); sf.close()
+print(json.dumps({"connections": sf.connections, "requests": res.requests, "ok": ok}))
+"""
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_a_second_connection_opens_only_where_requests_wait_for_their_first_byte(hub, tmp_path: Path, slow: bool) -> None:
+    """One connection where the first byte comes at once (each connection more costs CPU); more,
+    up to ``CONNECTIONS``, where every answer waits (a CDN round trip) — what hides the wait."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from mtpforge.checkpoint.stream_fetch import CONNECTIONS
+
+    folder = tmp_path / "eight"
+    folder.mkdir()
+    save_file({f"w{i}": np.full((64, 1024), i, np.float32) for i in range(8)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text("{}")
+    repo, _ = hub.publish(folder)
+    if slow:
+        hub.fault("slow", repo=repo, delay=0.3, times=-1)
+    p = subprocess.run([sys.executable, "-c", _CONNECTIONS, repo], env=hub.env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["ok"] and out["requests"] == 8
+    assert out["connections"] == (CONNECTIONS if slow else 1), out
+
+
+def test_a_request_buffer_is_used_again_only_once_no_view_of_it_lives() -> None:
+    """A conversion job's array over a tensor's bytes keeps its buffer from the next request (the
+    bytes would change under it); once the array is gone, the buffer is taken again."""
+    import numpy as np
+
+    from mtpforge.checkpoint.stream_fetch import _Buffers
+
+    pool = _Buffers(keep=2)
+    buf = pool.take(1000)
+    buf[:] = bytes(range(250)) * 4
+    held = np.frombuffer(memoryview(buf)[:1000][8:16], np.uint8)
+    pool.give(buf)
+    other = pool.take(1000)
+    assert other is not buf and held.tolist() == list(range(8, 16))
+    del held
+    assert pool.take(900) is buf and len(buf) == 1000 and bytes(buf[:4]) == bytes(range(4))
+    pool.give(other)
+    assert pool.take(400) is not other and pool.take(600) is other  # none over twice the size asked

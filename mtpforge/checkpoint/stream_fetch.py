@@ -19,6 +19,7 @@ from there, as every mode does.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -32,11 +33,17 @@ from .safetensors_header import TensorInfo
 #: bytes downloaded ahead of what the conversion has read (a tensor the reader waits for is
 #: fetched past it): enough to keep the link busy while a few expert matrices convert
 WINDOW = 256 << 20
-#: requests in flight at once: a giant head is hundreds of requests, and on the real Hub each is a
-#: redirect and a round trip to the CDN before its first byte — one at a time, that wait would add
-#: up to minutes; a few at once hide it (the loopback benchmark, with no such wait, is the same
-#: with 1 or 4)
+#: the most requests in flight at once. A giant head is hundreds of requests, and on the real Hub
+#: each is a redirect and a round trip to the CDN before its first byte: one at a time, that wait
+#: would add up to minutes. Where it does not (a fast link, the loopback benchmark), every
+#: connection more costs CPU — measured over a full-size head's 11.7 GB from the loopback hub: 6.9 s
+#: with one, 10.3 s with two, 12.2 s with four. So a download starts with one connection and opens
+#: another (up to this many) each time a request waited for its first byte more than ``LATENCY``
+#: of its whole time and more than ``ROUND_TRIP`` seconds (a loopback or LAN answer comes in a
+#: few ms; a CDN's after tens to hundreds).
 CONNECTIONS = 4
+LATENCY = 0.25
+ROUND_TRIP = 0.02
 
 
 @dataclass(frozen=True)
@@ -65,21 +72,61 @@ def stream_groups(infos: list[TensorInfo], cap: int = WINDOW // 4) -> list[Group
 
 
 class _Memory:
-    """The body of one request, written into a buffer of its length."""
+    """The body of one request, written into ``buf`` (at least its length) from the start."""
 
-    def __init__(self, n: int) -> None:
-        self.buf = bytearray(n)
-        self.pos = 0
+    def __init__(self, buf: bytearray, n: int) -> None:
+        self.buf, self.view, self.pos = buf, memoryview(buf)[:n], 0
 
     def write(self, b: "bytes | memoryview") -> int:
         n = len(b)
-        self.buf[self.pos:self.pos + n] = b
+        self.view[self.pos:self.pos + n] = b
         self.pos += n
         return n
 
 
+def _unshared(buf: bytearray) -> bool:
+    """Whether nothing refers into ``buf`` any more: a bytearray refuses to change its size while
+    any view of it lives (a conversion job's array over a tensor's bytes), so a one-byte shrink
+    and its undoing, which move no memory, tell."""
+    try:
+        last = buf.pop()
+    except BufferError:
+        return False
+    buf.append(last)
+    return True
+
+
+class _Buffers:
+    """Request buffers used again once free. A fresh 15 MB buffer for each expert's request cost
+    the kernel fresh pages every time (faults, zeroing, and with several connections the unmapping's
+    cross-core flushes): measured over a full-size head's 11.7 GB, the download alone took 11.3 s
+    of CPU with fresh buffers and 6.1 s with reused ones (one connection). A buffer returned while
+    a reader still holds a view of it waits here until the view is gone; at most ``keep`` wait."""
+
+    def __init__(self, keep: int) -> None:
+        self._idle: list[bytearray] = []
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bytearray:
+        """The smallest free buffer of at least ``n`` bytes, else a new one."""
+        with self._lock:
+            fits = sorted((len(b), k) for k, b in enumerate(self._idle) if n <= len(b) <= 2 * n)
+            for _, k in fits:
+                if _unshared(self._idle[k]):
+                    return self._idle.pop(k)
+        return bytearray(n)
+
+    def give(self, buf: bytearray) -> None:
+        with self._lock:
+            self._idle.append(buf)
+            if len(self._idle) > self._keep:
+                self._idle.pop(0)
+
+
 class StreamFetch:
-    """The downloads in ``CONNECTIONS`` threads of their own, ``WINDOW`` ahead of the reads (the
+    """The downloads in threads of their own (one, up to ``CONNECTIONS`` where requests wait for
+    their first byte), ``WINDOW`` ahead of the reads (the
     room of a request is taken when it starts, so the requests in flight count); the interface of
     ``fetch.BackgroundFetch`` as ``source.SourceBytes`` uses it (``read``, ``result``, ``close``).
     A tensor is dropped, once its every byte has been read, when the window needs its room; one
@@ -101,6 +148,9 @@ class StreamFetch:
         self._dropped: set[str] = set()
         self._read_whole: OrderedDict[str, None] = OrderedDict()
         self._taken: set[int] = set()
+        self._buf_of: dict[int, bytearray] = {}
+        self._live: dict[int, int] = {}
+        self._buffers = _Buffers(keep=2 * connections + 2)
         self._waiting: str | None = None
         self._cv = threading.Condition()
         self._error: BaseException | None = None
@@ -111,22 +161,49 @@ class StreamFetch:
         if left and store.offline:
             raise NetworkError(f"HF_HUB_OFFLINE is set and {len(left)} MTP tensors of {store.name} are not cached",
                                "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
-        self._running = connections
+        self._most = connections
+        self._running = 0
         bar = _cancellable((progress or Progress(enabled=False)).bytes_bar, self._cancel)
         self._bar = bar("downloading MTP tensors", sum(g.run.nbytes for g in self._groups)) if self._groups else None
-        advance = self._bar.__enter__() if self._bar is not None else None
-        self._threads = [threading.Thread(target=self._run, args=(advance,), name=f"mtpforge-stream-{n}", daemon=True)
-                         for n in range(connections)]
-        for t in self._threads:
-            t.start()
+        self._advance = self._bar.__enter__() if self._bar is not None else None
+        self._threads: list[threading.Thread] = []
+        self._connect()
+
+    def _connect(self) -> None:
+        """One connection more (the lock held, or before any runs)."""
+        t = threading.Thread(target=self._run, name=f"mtpforge-stream-{len(self._threads)}", daemon=True)
+        self._threads.append(t)
+        self._running += 1
+        t.start()
+
+    @property
+    def connections(self) -> int:
+        """How many connections the download opened."""
+        return len(self._threads)
 
     # ------------------------------------------------------------------ the downloading thread
 
-    def _run(self, advance) -> None:
-        """One connection's loop: the next group, downloaded, handed to the readers."""
+    def _run(self) -> None:
+        """One connection's loop: the next group, downloaded, handed to the readers; another
+        connection opened when this one's requests mostly wait for their first byte."""
         try:
             while (k := self._next()) is not None:
-                self._take(self._groups[k], self._download(self._groups[k].run, advance))
+                buf = self._buffers.take(self._groups[k].run.nbytes)
+                first: list[float] = []
+
+                def advance(n: int) -> None:
+                    if not first:
+                        first.append(time.perf_counter())
+                    if self._advance is not None:
+                        self._advance(n)
+
+                t0 = time.perf_counter()
+                body = self._download(self._groups[k].run, advance, buf)
+                waited, took = (first[0] if first else t0) - t0, time.perf_counter() - t0
+                self._take(k, buf, body)
+                with self._cv:
+                    if waited > max(LATENCY * took, ROUND_TRIP) and len(self._threads) < self._most and len(self._taken) < len(self._groups):
+                        self._connect()
         except BaseException as e:  # raised in the reader, where the command handles it
             with self._cv:
                 if self._error is None:
@@ -164,8 +241,8 @@ class StreamFetch:
                 self._held_bytes += self._groups[k].run.nbytes  # its room is taken from now, not on arrival
                 return k
 
-    def _download(self, run: Run, advance) -> memoryview:
-        sink = _Memory(run.nbytes)
+    def _download(self, run: Run, advance, buf: bytearray | None = None) -> memoryview:
+        sink = _Memory(buf if buf is not None else bytearray(run.nbytes), run.nbytes)
         with hub_errors(self._store.repo_id, self._store.commit):
             try:
                 received = stream_range(self._store.url(run.file), run.start, run.end, sink,
@@ -177,10 +254,12 @@ class StreamFetch:
         with self._cv:
             self.fetched += received
             self.requests += 1
-        return memoryview(sink.buf)
+        return sink.view
 
-    def _take(self, g: Group, body: memoryview) -> None:
+    def _take(self, k: int, buf: bytearray, body: memoryview) -> None:
+        g = self._groups[k]
         with self._cv:
+            self._buf_of[k], self._live[k] = buf, len(g.tensors)
             for t in g.tensors:
                 self._held[t.name] = body[t.begin - g.run.start:t.end - g.run.start]
                 self._spans[t.name] = []
@@ -245,6 +324,10 @@ class StreamFetch:
         del self._read_whole[name]
         self._dropped.add(name)
         self._held_bytes -= len(view)
+        k = self._group_of[name]
+        self._live[k] -= 1
+        if not self._live[k]:
+            self._buffers.give(self._buf_of.pop(k))
 
     def result(self) -> FetchResult:
         """What was downloaded, once every read is done (waits for the downloads to end)."""
@@ -271,4 +354,4 @@ def planned_stream_requests(infos: list[TensorInfo]) -> int:
     return len(stream_groups(list({i.name: i for i in infos}.values())))
 
 
-__all__ = ["StreamFetch", "stream_groups", "planned_stream_requests", "WINDOW", "CONNECTIONS", "Group"]
+__all__ = ["StreamFetch", "stream_groups", "planned_stream_requests", "WINDOW", "CONNECTIONS", "LATENCY", "Group"]
