@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mtpforge.checkpoint.safetensors_header import TensorInfo
+from mtpforge.checkpoint.hub import READ_SIZE
 from mtpforge.checkpoint.stream_fetch import stream_groups
 from mtpforge.writer.ahead import WORKERS
 from tests.checkers import folder_state
@@ -66,7 +67,9 @@ for i in (0, 1, 2, 3, 4, 5):
     seen.append(float(np.concatenate(parts).mean()))
 again = float(np.frombuffer(sf.read(infos[2], 0, 16), np.float32).mean())
 res = sf.result(); stop.set(); t.join(); sf.close()
+from httpcore2._sync.http11 import HTTP11Connection
 print(json.dumps({"seen": seen, "again": again, "peak": peak, "window": window, "one": infos[0].nbytes,
+                  "read_size": HTTP11Connection.READ_NUM_BYTES,
                   "fetched": res.fetched_bytes, "mode": res.mode, "requests": res.requests}))
 """
 
@@ -85,6 +88,9 @@ def test_the_memory_held_stays_within_the_window_and_a_dropped_tensor_comes_agai
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["seen"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and out["again"] == 2.0
+    # the HTTP client reads its socket in hub.READ_SIZE pieces (a client version without the
+    # attribute would read 64 KiB again: this says so the day it changes)
+    assert out["read_size"] == READ_SIZE
     # the window and at most the one tensor past it a waiting reader asks for
     assert 0 < out["peak"] <= out["window"] + out["one"], out
     assert out["mode"] == "stream" and out["requests"] == 7
@@ -178,7 +184,7 @@ from mtpforge.checkpoint.hub import open_store
 from mtpforge.checkpoint import stream_fetch
 store = open_store(sys.argv[1])
 cat = load_catalogue(store)
-infos = [cat.tensors[f"w{i}"] for i in range(8)]
+infos = [cat.tensors[f"w{i}"] for i in range(16)]
 sf = stream_fetch.StreamFetch(store, infos, window=4 * infos[0].nbytes)  # a request a tensor
 ok = all(bytes(sf.read(i, 0, 4)) == bytes(sf.read(i, 0, 4)) for i in infos)
 res = sf.result(); sf.close()
@@ -189,15 +195,16 @@ print(json.dumps({"connections": sf.connections, "requests": res.requests, "ok":
 @pytest.mark.parametrize("slow", [False, True])
 def test_a_second_connection_opens_only_where_requests_wait_for_their_first_byte(hub, tmp_path: Path, slow: bool) -> None:
     """One connection where the first byte comes at once (each connection more costs CPU); more,
-    up to ``CONNECTIONS``, where every answer waits (a CDN round trip) — what hides the wait."""
+    up to ``CONNECTIONS``, where every answer waits (a CDN round trip) — what hides the wait: one
+    more after each ``SLOW_STARTS`` slow answers in a row."""
     import numpy as np
     from safetensors.numpy import save_file
 
     from mtpforge.checkpoint.stream_fetch import CONNECTIONS
 
-    folder = tmp_path / "eight"
+    folder = tmp_path / "sixteen"
     folder.mkdir()
-    save_file({f"w{i}": np.full((64, 1024), i, np.float32) for i in range(8)}, str(folder / "model.safetensors"))
+    save_file({f"w{i}": np.full((64, 1024), i, np.float32) for i in range(16)}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text("{}")
     repo, _ = hub.publish(folder)
     if slow:
@@ -205,7 +212,7 @@ def test_a_second_connection_opens_only_where_requests_wait_for_their_first_byte
     p = subprocess.run([sys.executable, "-c", _CONNECTIONS, repo], env=hub.env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["ok"] and out["requests"] == 8
+    assert out["ok"] and out["requests"] == 16
     assert out["connections"] == (CONNECTIONS if slow else 1), out
 
 

@@ -38,12 +38,14 @@ WINDOW = 256 << 20
 #: would add up to minutes. Where it does not (a fast link, the loopback benchmark), every
 #: connection more costs CPU — measured over a full-size head's 11.7 GB from the loopback hub: 6.9 s
 #: with one, 10.3 s with two, 12.2 s with four. So a download starts with one connection and opens
-#: another (up to this many) each time a request waited for its first byte more than ``LATENCY``
-#: of its whole time and more than ``ROUND_TRIP`` seconds (a loopback or LAN answer comes in a
-#: few ms; a CDN's after tens to hundreds).
+#: another (up to this many) each time ``SLOW_STARTS`` requests in a row waited for their first
+#: byte more than ``LATENCY`` of their whole time and more than ``ROUND_TRIP`` seconds (a loopback
+#: or LAN answer comes in a few ms, a CDN's after tens to hundreds; one slow answer in a row is as
+#: likely the process's own cores busy converting, where another connection only costs more).
 CONNECTIONS = 4
 LATENCY = 0.25
-ROUND_TRIP = 0.02
+ROUND_TRIP = 0.03
+SLOW_STARTS = 3
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,7 @@ class StreamFetch:
             raise NetworkError(f"HF_HUB_OFFLINE is set and {len(left)} MTP tensors of {store.name} are not cached",
                                "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
         self._most = connections
+        self._slow = 0
         self._running = 0
         bar = _cancellable((progress or Progress(enabled=False)).bytes_bar, self._cancel)
         self._bar = bar("downloading MTP tensors", sum(g.run.nbytes for g in self._groups)) if self._groups else None
@@ -202,7 +205,9 @@ class StreamFetch:
                 waited, took = (first[0] if first else t0) - t0, time.perf_counter() - t0
                 self._take(k, buf, body)
                 with self._cv:
-                    if waited > max(LATENCY * took, ROUND_TRIP) and len(self._threads) < self._most and len(self._taken) < len(self._groups):
+                    self._slow = self._slow + 1 if waited > max(LATENCY * took, ROUND_TRIP) else 0
+                    if self._slow >= SLOW_STARTS and len(self._threads) < self._most and len(self._taken) < len(self._groups):
+                        self._slow = 0
                         self._connect()
         except BaseException as e:  # raised in the reader, where the command handles it
             with self._cv:
