@@ -164,7 +164,7 @@ def _no_room_to_cache(store: Store, infos: list[TensorInfo], beside: tuple[Path,
     from .checkpoint.fetch import no_room_to_cache
     from .checkpoint.hub import HubStore
 
-    return isinstance(store, HubStore) and not store.offline and no_room_to_cache(store, infos, beside) is not None
+    return isinstance(store, HubStore) and not store.offline and no_room_to_cache(store, infos, beside)
 
 
 def planned_requests(infos: list[TensorInfo], mode: str = "auto") -> int:

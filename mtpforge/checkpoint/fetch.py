@@ -12,7 +12,8 @@ leaves the finished runs behind for the next one to reuse.
 ``shards`` downloads whole shards with ``hf_hub_download`` into the ordinary HF cache (where
 other tools find them too). ``auto`` is ``ranges``, switching to ``shards`` when the server
 answers a Range request with the whole file — noticed from the status line, before any of that
-body is read.
+body is read — and to ``stream`` (``stream_fetch``: nothing cached) where the disk has no room
+for the cache beside the head.
 
 Memory: everything streams to disk in 1 MiB chunks; nothing here holds a run or shard in memory.
 """
@@ -363,22 +364,22 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     return res
 
 
-def no_room_to_cache(store: HubStore, infos: list[TensorInfo], beside: tuple[Path, int] | None) -> RefusedError | None:
-    """The refusal ``--fetch ranges`` would meet before downloading (its cache and the head do not
-    fit on their disk), or None: ``auto`` streams instead (``stream_fetch``), which needs room for
-    the head alone — a giant's 12 GB download beside its 24 GB head is what a full internal disk
-    cannot take, while the head alone it can."""
+def no_room_to_cache(store: HubStore, infos: list[TensorInfo], beside: tuple[Path, int] | None) -> bool:
+    """Whether ``--fetch ranges`` would be refused before downloading, its cache and the head not
+    fitting on their disk: ``auto`` streams then (``stream_fetch``), which needs room for the head
+    alone — a giant's 12 GB download beside its 24 GB head is what a full internal disk cannot
+    take, while the head alone it can."""
     cache = RangeCache(store.repo_id, store.commit)
     missing = _left_by_earlier_runs(store, cache, list({i.name: i for i in infos}.values()), lambda name, where: None)
     if not missing:
-        return None
+        return False
     try:
         check_download_room(cache.root, sum(r.nbytes for r in plan_runs(missing)), beside)
     except RefusedError as e:
         if e.code == "NO_SPACE":
-            return e
+            return True
         raise
-    return None
+    return False
 
 
 def _left_by_earlier_runs(store: HubStore, cache: RangeCache, infos: list[TensorInfo],
