@@ -74,10 +74,10 @@ def stream_groups(infos: list[TensorInfo], cap: int = WINDOW // 4) -> list[Group
 
 
 class _Memory:
-    """The body of one request, written into ``buf`` (at least its length) from the start."""
+    """The body of one request, written into the first ``n`` bytes of ``buf`` (at least that long)."""
 
     def __init__(self, buf: bytearray, n: int) -> None:
-        self.buf, self.view, self.pos = buf, memoryview(buf)[:n], 0
+        self.view, self.pos = memoryview(buf)[:n], 0
 
     def write(self, b: "bytes | memoryview") -> int:
         n = len(b)
