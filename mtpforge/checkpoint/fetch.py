@@ -321,8 +321,7 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
     if not missing:
         return res
     if store.offline:
-        raise NetworkError(f"HF_HUB_OFFLINE is set and {len(missing)} MTP tensors of {store.name} are not cached",
-                           "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
+        raise offline_miss(store, len(missing))
 
     # 2. ranges
     if mode in ("auto", "ranges"):
@@ -362,6 +361,13 @@ def fetch_tensors(store: Store, infos: list[TensorInfo], *, mode: str = "auto", 
                     located(i.name, (path, i.begin, i.nbytes))
     res.mode = "ranges+shards" if res.mode == "ranges" else "shards"
     return res
+
+
+def offline_miss(store: HubStore, n: int) -> NetworkError:
+    """The one line for tensors a download would need while ``HF_HUB_OFFLINE`` forbids it (every
+    fetch mode says the same)."""
+    return NetworkError(f"HF_HUB_OFFLINE is set and {n} MTP tensors of {store.name} are not cached",
+                        "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
 
 
 def no_room_to_cache(store: HubStore, infos: list[TensorInfo], beside: tuple[Path, int] | None) -> bool:

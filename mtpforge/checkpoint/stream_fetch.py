@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import NetworkError, RefusedError
 from ..progress import Progress
 from .direct_read import read_span
-from .fetch import FetchCancelled, FetchResult, RangeCache, Run, _cancellable, _left_by_earlier_runs
+from .fetch import FetchCancelled, FetchResult, RangeCache, Run, _cancellable, _left_by_earlier_runs, offline_miss
 from .hub import HubStore, RangeIgnoredError, hub_errors, stream_range
 from .safetensors_header import TensorInfo
 
@@ -161,8 +161,7 @@ class StreamFetch:
         self.fetched = 0
         self.requests = 0
         if left and store.offline:
-            raise NetworkError(f"HF_HUB_OFFLINE is set and {len(left)} MTP tensors of {store.name} are not cached",
-                               "unset HF_HUB_OFFLINE to download them, or run once online to fill the cache")
+            raise offline_miss(store, len(left))
         self._most = connections
         self._slow = 0
         self._running = 0
