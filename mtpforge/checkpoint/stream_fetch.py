@@ -156,7 +156,6 @@ class StreamFetch:
         self._waiting: str | None = None
         self._cv = threading.Condition()
         self._error: BaseException | None = None
-        self._done = False
         self._cancel = threading.Event()
         self.fetched = 0
         self.requests = 0
@@ -217,7 +216,6 @@ class StreamFetch:
         finally:
             with self._cv:
                 self._running -= 1
-                self._done = self._running == 0
                 self._cv.notify_all()
 
     def _next(self) -> int | None:
@@ -336,7 +334,7 @@ class StreamFetch:
     def result(self) -> FetchResult:
         """What was downloaded, once every read is done (waits for the downloads to end)."""
         with self._cv:
-            while not self._done:
+            while self._running:  # the first connection starts in __init__: none left is the end
                 self._cv.wait(0.2)
             if self._error is not None:
                 raise self._error
